@@ -1,0 +1,136 @@
+"""Start the scheduler from ``AppConfig.ready()`` in the processes that serve the project.
+
+Serving processes are ``runserver``'s serving child (never its autoreloader parent) and the
+workers of gunicorn, uwsgi, daphne, uvicorn, hypercorn, waitress and mod_wsgi. Every other
+management command, scripts that call ``django.setup()``, and test runners never start it.
+When the app is loaded in a master process that forks workers afterwards (gunicorn
+``--preload``, uwsgi without ``lazy-apps``), the scheduler starts in each worker after the fork,
+never in the master.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+import traceback
+
+from .conf import get_settings
+
+__all__ = ["maybe_autostart", "serving_mode", "running_service"]
+
+logger = logging.getLogger(__name__)
+
+_SERVERS = ("gunicorn", "uwsgi", "daphne", "uvicorn", "hypercorn", "waitress-serve")
+_lock = threading.Lock()
+_service = None
+_service_pid: int | None = None
+
+
+def serving_mode(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> str:
+    """Return how this process serves: ``"now"`` (start here), ``"after_fork"`` (start in each
+    forked worker) or ``"no"``."""
+    argv = sys.argv if argv is None else argv
+    environ = os.environ if environ is None else environ
+    program = os.path.basename(argv[0]) if argv else ""
+    if "pytest" in sys.modules or program in ("pytest", "py.test"):
+        return "no"
+    command = _management_command(argv)
+    if command is not None:
+        if command != "runserver":
+            return "no"
+        # The autoreloader runs the server in a child with RUN_MAIN set; the parent only watches.
+        if environ.get("RUN_MAIN") == "true" or "--noreload" in argv:
+            return "now"
+        return "no"
+    if "uwsgi" in sys.modules or _importable_uwsgi():
+        return _uwsgi_mode()
+    if program in _SERVERS or any(program.startswith(s) for s in _SERVERS):
+        if program.startswith("gunicorn") and _loading_in_gunicorn_master():
+            return "after_fork"
+        return "now"
+    if "mod_wsgi" in sys.modules:
+        return "now"
+    return "no"
+
+
+def _management_command(argv: list[str]) -> str | None:
+    program = os.path.basename(argv[0]) if argv else ""
+    if program in ("manage.py", "django-admin", "django-admin.py", "__main__.py") or (
+        program.endswith(".py") and len(argv) > 1 and not argv[1].startswith("-")
+    ):
+        args = [a for a in argv[1:] if not a.startswith("-")]
+        return args[0] if args else "help"
+    return None
+
+
+def _importable_uwsgi() -> bool:
+    try:
+        import uwsgi  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _uwsgi_mode() -> str:
+    import uwsgi  # type: ignore[import-not-found]
+
+    lazy = uwsgi.opt.get("lazy-apps") or uwsgi.opt.get("lazy")
+    return "now" if lazy or uwsgi.worker_id() > 0 else "after_fork"
+
+
+def _loading_in_gunicorn_master() -> bool:
+    """Return whether gunicorn's arbiter is loading the app (``--preload``)."""
+    files = [frame.filename.replace("\\", "/") for frame in traceback.extract_stack()]
+    in_worker = any("/gunicorn/workers/" in name for name in files)
+    in_arbiter = any(name.endswith("/gunicorn/arbiter.py") for name in files)
+    return in_arbiter and not in_worker
+
+
+def maybe_autostart() -> None:
+    """Start the scheduler in this process when AUTOSTART is on and the process serves."""
+    if not get_settings().autostart:
+        return
+    mode = serving_mode()
+    if mode == "now":
+        start_service()
+    elif mode == "after_fork":
+        _start_after_fork()
+
+
+def _start_after_fork() -> None:
+    if "uwsgi" in sys.modules:
+        import uwsgi  # type: ignore[import-not-found]
+
+        previous = getattr(uwsgi, "post_fork_hook", None)
+
+        def hook() -> None:
+            if previous is not None:
+                previous()
+            start_service()
+
+        uwsgi.post_fork_hook = hook
+        return
+    os.register_at_fork(after_in_child=start_service)
+
+
+def start_service() -> None:
+    """Start this process's scheduler once; later calls in the same process do nothing."""
+    global _service, _service_pid
+    from .service import SchedulerService
+
+    with _lock:
+        if _service is not None and _service_pid == os.getpid():
+            return
+        service = SchedulerService()
+        service.start()
+        _service, _service_pid = service, os.getpid()
+    atexit.register(service.stop)
+    logger.info("Scheduler autostarted in process %s", os.getpid())
+
+
+def running_service() -> object | None:
+    """Return the scheduler service autostarted in this process, if any."""
+    return _service if _service_pid == os.getpid() else None

@@ -1,0 +1,133 @@
+"""Tables of the app: the lock table, the per-task state row and the run history.
+
+Models hold data only. Locking statements live in ``locking.database``; the scheduler's use of
+the state row lives in ``state``.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from .conf import NAME_LENGTH
+
+
+class TaskLock(models.Model):
+    """One row per lock name, in the style of ShedLock's ``shedlock`` table.
+
+    Rows are never deleted: a lock is free when ``lock_until`` is not in the future. All times
+    are UTC.
+    """
+
+    name = models.CharField(_("name"), max_length=NAME_LENGTH, primary_key=True)
+    lock_until = models.DateTimeField(_("locked until"))
+    locked_at = models.DateTimeField(_("locked at"))
+    locked_by = models.CharField(_("locked by"), max_length=255)
+
+    class Meta:
+        verbose_name = _("task lock")
+        verbose_name_plural = _("task locks")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TriggerKind(models.TextChoices):
+    CRON = "cron", _("cron")
+    FIXED_RATE = "fixed_rate", _("fixed rate")
+    FIXED_DELAY = "fixed_delay", _("fixed delay")
+    ONE_SHOT = "one_shot", _("one shot")
+
+
+class ScheduledTask(models.Model):
+    """One row per registered task: what the admin shows and what instances agree on.
+
+    The scheduler keeps it in step with the code. ``last_fire_time`` is the newest fire time
+    that an instance has claimed; a fire time is run only by the instance whose claim moved it
+    forward, which is what makes each firing run once across instances. ``anchor`` fixes a
+    fixed-rate task's grid and ``last_finished_at`` a fixed-delay task's next start, for every
+    instance alike.
+    """
+
+    name = models.CharField(_("name"), max_length=NAME_LENGTH, primary_key=True)
+    kind = models.CharField(_("kind"), max_length=20, choices=TriggerKind.choices)
+    trigger = models.CharField(_("trigger"), max_length=255)
+    next_fire_time = models.DateTimeField(_("next fire time"), null=True, blank=True)
+    anchor = models.DateTimeField(_("fixed-rate anchor"), null=True, blank=True)
+    last_fire_time = models.DateTimeField(_("last fire time claimed"), null=True, blank=True)
+    last_finished_at = models.DateTimeField(_("last finished at"), null=True, blank=True)
+    last_run = models.ForeignKey(
+        "TaskRun",
+        verbose_name=_("last run"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_constraint=False,
+    )
+    paused = models.BooleanField(_("paused"), default=False)
+    run_requested_at = models.DateTimeField(_("run requested at"), null=True, blank=True)
+    removed_at = models.DateTimeField(
+        _("removed from code at"),
+        null=True,
+        blank=True,
+        help_text=_("Set when no running scheduler declares this task any more."),
+    )
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("scheduled task")
+        verbose_name_plural = _("scheduled tasks")
+        ordering = ["next_fire_time", "name"]
+        permissions = [
+            ("pause_scheduledtask", _("Can pause and resume scheduled tasks")),
+            ("run_scheduledtask", _("Can run scheduled tasks now")),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running", _("running")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    INTERRUPTED = "interrupted", _("interrupted by shutdown")
+    REJECTED = "rejected", _("rejected by the pool")
+    LOST = "lost", _("lost (ended without a finish)")
+
+
+class TaskRun(models.Model):
+    """One row per run of a task, kept for ``SCHEDULING['HISTORY_RETENTION']``."""
+
+    id = models.BigAutoField(primary_key=True)
+    task_name = models.CharField(_("task"), max_length=NAME_LENGTH)
+    scheduled_at = models.DateTimeField(
+        _("scheduled for"),
+        null=True,
+        blank=True,
+        help_text=_("The fire time this run served; empty for a manual run."),
+    )
+    started_at = models.DateTimeField(_("started at"))
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    duration = models.DurationField(_("duration"), null=True, blank=True)
+    status = models.CharField(_("status"), max_length=20, choices=RunStatus.choices)
+    instance = models.CharField(_("instance"), max_length=255)
+    error_type = models.CharField(_("error type"), max_length=255, blank=True)
+    error_message = models.TextField(_("error message"), blank=True)
+    traceback = models.TextField(_("traceback"), blank=True)
+
+    class Meta:
+        verbose_name = _("task run")
+        verbose_name_plural = _("task runs")
+        ordering = ["-started_at", "-id"]
+        get_latest_by = "started_at"
+        indexes = [
+            models.Index(fields=["task_name", "-started_at"], name="ds_run_task_started"),
+            models.Index(fields=["status", "-started_at"], name="ds_run_status_started"),
+            models.Index(fields=["started_at"], name="ds_run_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} at {self.started_at:%Y-%m-%d %H:%M:%S}"

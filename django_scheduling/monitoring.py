@@ -1,0 +1,93 @@
+"""What state each task is in, for the admin and ``manage.py scheduling_status``.
+
+A task is **overdue** when its next fire time is more than ``SCHEDULING['OVERDUE_AFTER']`` in
+the past and no run has started for it: no scheduler is up, or it is stuck or starved.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime, timedelta
+
+from django.db.models import Case, F, Q, QuerySet, Value, When
+
+from .models import RunStatus, ScheduledTask
+
+__all__ = ["TaskState", "task_state", "annotate_state", "overdue_tasks"]
+
+
+class TaskState(enum.StrEnum):
+    OVERDUE = "overdue"
+    RUNNING = "running"
+    PAUSED = "paused"
+    UPCOMING = "upcoming"
+    REMOVED = "removed"
+    DONE = "done"
+
+
+def _overdue_q(now: datetime, overdue_after: timedelta) -> Q:
+    not_started = Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=F("next_fire_time"))
+    return Q(
+        removed_at__isnull=True,
+        paused=False,
+        next_fire_time__lt=now - overdue_after,
+    ) & not_started
+
+
+def annotate_state(
+    queryset: QuerySet[ScheduledTask], *, now: datetime, overdue_after: timedelta
+) -> QuerySet[ScheduledTask]:
+    """Annotate each task with ``state`` and ``state_order`` (overdue first).
+
+    A running task counts as running even when its next fire time has passed meanwhile."""
+    running = Q(last_run__status=RunStatus.RUNNING)
+    return queryset.annotate(
+        state=Case(
+            When(removed_at__isnull=False, then=Value(TaskState.REMOVED.value)),
+            When(running, then=Value(TaskState.RUNNING.value)),
+            When(_overdue_q(now, overdue_after), then=Value(TaskState.OVERDUE.value)),
+            When(paused=True, then=Value(TaskState.PAUSED.value)),
+            When(next_fire_time__isnull=True, then=Value(TaskState.DONE.value)),
+            default=Value(TaskState.UPCOMING.value),
+        ),
+        state_order=Case(
+            When(removed_at__isnull=False, then=Value(5)),
+            When(running, then=Value(1)),
+            When(_overdue_q(now, overdue_after), then=Value(0)),
+            When(paused=True, then=Value(3)),
+            When(next_fire_time__isnull=True, then=Value(4)),
+            default=Value(2),
+        ),
+    )
+
+
+def task_state(task: ScheduledTask, *, now: datetime, overdue_after: timedelta) -> TaskState:
+    """Return the state of one task; the same rule as ``annotate_state``, in Python."""
+    if task.removed_at is not None:
+        return TaskState.REMOVED
+    if task.last_run_id is not None and task.last_run.status == RunStatus.RUNNING:
+        return TaskState.RUNNING
+    started = task.last_fire_time is not None and (
+        task.next_fire_time is None or task.last_fire_time >= task.next_fire_time
+    )
+    if (
+        not task.paused
+        and task.next_fire_time is not None
+        and task.next_fire_time < now - overdue_after
+        and not started
+    ):
+        return TaskState.OVERDUE
+    if task.paused:
+        return TaskState.PAUSED
+    if task.next_fire_time is None:
+        return TaskState.DONE
+    return TaskState.UPCOMING
+
+
+def overdue_tasks(*, now: datetime, overdue_after: timedelta, using: str) -> QuerySet[ScheduledTask]:
+    """Return the overdue tasks, the most overdue first."""
+    return (
+        ScheduledTask.objects.using(using)
+        .filter(_overdue_q(now, overdue_after))
+        .order_by("next_fire_time", "name")
+    )

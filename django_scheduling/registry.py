@@ -1,0 +1,235 @@
+"""Task definitions, the registry, and the ``@scheduled`` decorator.
+
+``@scheduled`` records a ``TaskDefinition`` and returns the function unchanged. A definition
+whose options are wrong is recorded with its error instead of raising at import: system checks
+(``manage.py check``) report it, and the scheduler refuses to start while any is left.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, tzinfo
+from typing import Any, TypeVar
+
+from .durations import DurationLike, parse_duration
+from .conf import NAME_LENGTH
+from .triggers import MissedRuns, Trigger, make_trigger
+
+__all__ = ["TaskDefinition", "TaskRegistry", "registry", "scheduled", "autodiscover"]
+
+logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class TaskDefinition:
+    """A task as declared in code: the function, its trigger options and its lock options."""
+
+    name: str
+    func: Callable[[], Any]
+    trigger_options: dict[str, Any] = field(hash=False)
+    lock: bool = True
+    lock_at_most_for: timedelta | None = None
+    lock_at_least_for: timedelta | None = None
+    error: str | None = None
+    error_field: str | None = None
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+    @property
+    def origin(self) -> str:
+        return f"{self.func.__module__}.{self.func.__qualname__}"
+
+    def trigger(self, default_zone: tzinfo) -> Trigger:
+        """Build this task's trigger; a cron task without ``zone=`` uses *default_zone*."""
+        return make_trigger(**self.trigger_options, default_zone=default_zone)
+
+
+def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> TaskDefinition:
+    lock = options.pop("lock")
+    most, least = options.pop("lock_at_most_for"), options.pop("lock_at_least_for")
+    trigger_options = {key: value for key, value in options.items() if value is not None}
+    task_name = name if name is not None else f"{func.__module__}.{func.__qualname__}"
+    definition = TaskDefinition(task_name, func, trigger_options, lock)
+    try:
+        if not isinstance(task_name, str) or not task_name.strip():
+            raise _Invalid("name", f"task name {task_name!r} is empty; give name='...'")
+        if len(task_name) > NAME_LENGTH:
+            raise _Invalid(
+                "name",
+                f"task name {task_name!r} is {len(task_name)} characters long; the limit is "
+                f"{NAME_LENGTH}: give a shorter name='...'",
+            )
+        if not isinstance(lock, bool):
+            raise _Invalid("lock", f"lock={lock!r} must be True or False")
+        try:
+            make_trigger(**trigger_options)
+        except ValueError as exc:
+            raise _Invalid("trigger", str(exc)) from None
+        try:
+            most_td = None if most is None else parse_duration(most, name="lock_at_most_for")
+            least_td = None if least is None else parse_duration(least, name="lock_at_least_for")
+        except ValueError as exc:
+            raise _Invalid("lock", str(exc)) from None
+        if not lock and (most is not None or least is not None):
+            raise _Invalid(
+                "lock", "lock_at_most_for= and lock_at_least_for= need lock=True; drop them"
+            )
+        if most_td is not None and most_td <= timedelta(0):
+            raise _Invalid("lock", f"lock_at_most_for={most!r} must be greater than zero")
+        if most_td is not None and least_td is not None and least_td > most_td:
+            raise _Invalid(
+                "lock",
+                f"lock_at_least_for ({least!r}) exceeds lock_at_most_for ({most!r}) for "
+                f"{task_name!r}; lower lock_at_least_for",
+            )
+    except _Invalid as exc:
+        return TaskDefinition(
+            task_name, func, trigger_options, lock, error=exc.message, error_field=exc.field
+        )
+    return TaskDefinition(task_name, func, trigger_options, lock, most_td, least_td)
+
+
+class _Invalid(Exception):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+class TaskRegistry:
+    """The tasks declared in code, by name."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, TaskDefinition] = {}
+        self.duplicates: list[tuple[TaskDefinition, TaskDefinition]] = []
+
+    def add(
+        self,
+        func: Callable[[], Any],
+        *,
+        cron: str | None = None,
+        zone: str | tzinfo | None = None,
+        fixed_rate: DurationLike | None = None,
+        fixed_delay: DurationLike | None = None,
+        initial_delay: DurationLike | None = None,
+        at: datetime | None = None,
+        missed: MissedRuns | str = MissedRuns.COALESCE,
+        name: str | None = None,
+        lock: bool = True,
+        lock_at_most_for: DurationLike | None = None,
+        lock_at_least_for: DurationLike | None = None,
+    ) -> TaskDefinition:
+        """Record *func* as a task and return its definition."""
+        definition = _definition(
+            func,
+            name,
+            cron=cron,
+            zone=zone,
+            fixed_rate=fixed_rate,
+            fixed_delay=fixed_delay,
+            initial_delay=initial_delay,
+            at=at,
+            missed=None if missed == MissedRuns.COALESCE else missed,
+            lock=lock,
+            lock_at_most_for=lock_at_most_for,
+            lock_at_least_for=lock_at_least_for,
+        )
+        existing = self._tasks.get(definition.name)
+        if existing is not None and existing.origin != definition.origin:
+            self.duplicates.append((existing, definition))
+        else:
+            self._tasks[definition.name] = definition
+        return definition
+
+    def __iter__(self) -> Iterator[TaskDefinition]:
+        return iter(sorted(self._tasks.values(), key=lambda d: d.name))
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def get(self, name: str) -> TaskDefinition:
+        return self._tasks[name]
+
+    def errors(self) -> list[str]:
+        """Return one line per mistake in the declared tasks; empty when all is well."""
+        lines = [f"task {d.name!r} ({d.origin}): {d.error}" for d in self if d.error]
+        lines += [
+            f"two tasks are named {second.name!r}: {first.origin} and {second.origin}; "
+            "give one of them another name='...'"
+            for first, second in self.duplicates
+        ]
+        return lines
+
+    def remove(self, name: str) -> None:
+        self._tasks.pop(name, None)
+
+
+registry = TaskRegistry()
+
+
+def scheduled(
+    *,
+    cron: str | None = None,
+    zone: str | tzinfo | None = None,
+    fixed_rate: DurationLike | None = None,
+    fixed_delay: DurationLike | None = None,
+    initial_delay: DurationLike | None = None,
+    at: datetime | None = None,
+    missed: MissedRuns | str = MissedRuns.COALESCE,
+    name: str | None = None,
+    lock: bool = True,
+    lock_at_most_for: DurationLike | None = None,
+    lock_at_least_for: DurationLike | None = None,
+) -> Callable[[F], F]:
+    """Declare the decorated function a scheduled task and return it unchanged.
+
+    Give exactly one trigger: ``cron=`` (with an optional ``zone=``), ``fixed_rate=``,
+    ``fixed_delay=`` (both with an optional ``initial_delay=``) or ``at=`` (one shot).
+    """
+
+    def decorate(func: F) -> F:
+        registry.add(
+            func,
+            cron=cron,
+            zone=zone,
+            fixed_rate=fixed_rate,
+            fixed_delay=fixed_delay,
+            initial_delay=initial_delay,
+            at=at,
+            missed=missed,
+            name=name,
+            lock=lock,
+            lock_at_most_for=lock_at_most_for,
+            lock_at_least_for=lock_at_least_for,
+        )
+        return func
+
+    return decorate
+
+
+def autodiscover() -> None:
+    """Import the task module (``SCHEDULING['TASK_MODULE']``) of every installed app."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+    from django.utils.module_loading import autodiscover_modules
+
+    from .conf import DEFAULTS, get_settings
+
+    try:
+        module = get_settings().task_module
+    except ImproperlyConfigured:
+        # The system checks report the setting; discover with what can be read of it.
+        raw = getattr(settings, "SCHEDULING", None) or {}
+        module = raw.get("TASK_MODULE") if isinstance(raw.get("TASK_MODULE"), str) else None
+        module = module or DEFAULTS["TASK_MODULE"]
+    autodiscover_modules(module)

@@ -1,0 +1,280 @@
+"""When a task fires: cron, fixed rate, fixed delay and one-shot triggers.
+
+Triggers are pure: they compute the next fire time from their arguments, with no stored state
+and no clock of their own. What they need to know of the past (a fixed-rate task's anchor, the
+last fire time that ran, when the last run finished) comes in as a ``TriggerState``, which the
+scheduler keeps in the database so that every instance computes the same times.
+
+All datetimes in and out are aware; the scheduler works in UTC.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from .cron import CronExpression
+from .durations import DurationLike, format_duration, parse_duration
+
+__all__ = [
+    "MissedRuns",
+    "TriggerState",
+    "Trigger",
+    "CronTrigger",
+    "FixedRateTrigger",
+    "FixedDelayTrigger",
+    "OneShotTrigger",
+    "make_trigger",
+    "parse_zone",
+]
+
+
+class MissedRuns(str, enum.Enum):
+    """What to do with fire times that passed while a run overran or no scheduler was up."""
+
+    #: Run once as soon as possible for the newest missed fire time, then go on as planned.
+    COALESCE = "coalesce"
+    #: Run every missed fire time, one after the other (Spring's fixed-rate behaviour).
+    RUN_ALL = "run_all"
+    #: Drop the missed fire times and wait for the next one in the future.
+    SKIP = "skip"
+
+    @classmethod
+    def parse(cls, value: MissedRuns | str) -> MissedRuns:
+        try:
+            return cls(value)
+        except ValueError:
+            options = ", ".join(repr(m.value) for m in cls)
+            raise ValueError(f"missed={value!r} is not a policy; use one of {options}") from None
+
+
+@dataclass(frozen=True)
+class TriggerState:
+    """What a trigger needs to know of the past; all fields are UTC or ``None``."""
+
+    #: When the task was first scheduled (a fixed-rate task's grid starts here).
+    anchor: datetime | None = None
+    #: The newest fire time that has been run (or claimed by a run).
+    last_fire_time: datetime | None = None
+    #: When the newest run finished.
+    last_finished: datetime | None = None
+
+
+class Trigger(Protocol):
+    kind: str
+
+    def next_fire_time(self, *, now: datetime, state: TriggerState) -> datetime | None:
+        """Return the fire time to run next, which is *now* or earlier when it is overdue."""
+
+    def initial_anchor(self, *, now: datetime) -> datetime:
+        """Return the anchor of a task first scheduled at *now*."""
+
+    def describe(self) -> str:
+        """Return the trigger in words, e.g. ``"every 30s"``."""
+
+
+class _Series(Protocol):
+    """A series of fire times, for applying a missed-runs policy."""
+
+    def first_after(self, moment: datetime) -> datetime | None: ...
+
+    def last_at_or_before(self, moment: datetime, known: datetime) -> datetime: ...
+
+
+def _apply_missed(
+    first_due: datetime | None, now: datetime, missed: MissedRuns, series: _Series
+) -> datetime | None:
+    """Apply the missed-runs policy to *first_due*, the earliest fire time not yet run."""
+    if first_due is None or first_due >= now or missed is MissedRuns.RUN_ALL:
+        return first_due
+    if missed is MissedRuns.SKIP:
+        return series.first_after(now - timedelta(microseconds=1))
+    return series.last_at_or_before(now, first_due)
+
+
+@dataclass(frozen=True)
+class CronTrigger:
+    """Fire at the times a cron expression matches, on the wall clock of *zone*."""
+
+    expression: CronExpression
+    zone: tzinfo = UTC
+    missed: MissedRuns = MissedRuns.COALESCE
+    kind = "cron"
+
+    def initial_anchor(self, *, now: datetime) -> datetime:
+        return now
+
+    def next_fire_time(self, *, now: datetime, state: TriggerState) -> datetime | None:
+        # Matches before the task was first scheduled are not "missed": start at the anchor.
+        start = state.last_fire_time or state.anchor or now
+        return _apply_missed(self.first_after(start), now, self.missed, self)
+
+    def first_after(self, moment: datetime) -> datetime | None:
+        local = self.expression.next(moment.astimezone(self.zone))
+        return None if local is None else local.astimezone(UTC)
+
+    def last_at_or_before(self, moment: datetime, known: datetime) -> datetime:
+        latest = known
+        while (candidate := self.first_after(latest)) is not None and candidate <= moment:
+            latest = candidate
+        return latest
+
+    def describe(self) -> str:
+        return f"cron {self.expression} {getattr(self.zone, 'key', self.zone)}"
+
+
+@dataclass(frozen=True)
+class _Grid:
+    anchor: datetime
+    period: timedelta
+
+    def first_after(self, moment: datetime) -> datetime:
+        if moment < self.anchor:
+            return self.anchor
+        return self.anchor + ((moment - self.anchor) // self.period + 1) * self.period
+
+    def last_at_or_before(self, moment: datetime, known: datetime) -> datetime:
+        if moment < self.anchor:
+            return known
+        return self.anchor + ((moment - self.anchor) // self.period) * self.period
+
+
+@dataclass(frozen=True)
+class FixedRateTrigger:
+    """Fire on the grid ``anchor + k * period``; the anchor is the first fire time."""
+
+    period: timedelta
+    initial_delay: timedelta = timedelta(0)
+    missed: MissedRuns = MissedRuns.COALESCE
+    kind = "fixed_rate"
+
+    def __post_init__(self) -> None:
+        if self.period <= timedelta(0):
+            raise ValueError(f"fixed_rate must be greater than zero, got {self.period}")
+
+    def initial_anchor(self, *, now: datetime) -> datetime:
+        return now + self.initial_delay
+
+    def next_fire_time(self, *, now: datetime, state: TriggerState) -> datetime | None:
+        grid = _Grid(state.anchor or self.initial_anchor(now=now), self.period)
+        if state.last_fire_time is None:
+            first_due = grid.anchor
+        else:
+            first_due = grid.first_after(state.last_fire_time)
+        return _apply_missed(first_due, now, self.missed, grid)
+
+    def describe(self) -> str:
+        text = f"every {format_duration(self.period)}"
+        if self.initial_delay:
+            text += f", first after {format_duration(self.initial_delay)}"
+        return text
+
+
+@dataclass(frozen=True)
+class FixedDelayTrigger:
+    """Fire *delay* after the previous run finished; the first run after *initial_delay*."""
+
+    delay: timedelta
+    initial_delay: timedelta = timedelta(0)
+    kind = "fixed_delay"
+
+    def __post_init__(self) -> None:
+        if self.delay <= timedelta(0):
+            raise ValueError(f"fixed_delay must be greater than zero, got {self.delay}")
+
+    def initial_anchor(self, *, now: datetime) -> datetime:
+        return now + self.initial_delay
+
+    def next_fire_time(self, *, now: datetime, state: TriggerState) -> datetime | None:
+        if state.last_fire_time is None:
+            return state.anchor or self.initial_anchor(now=now)
+        if state.last_finished is not None and state.last_finished >= state.last_fire_time:
+            return state.last_finished + self.delay
+        # The newest run never finished (its process died): count from when it started.
+        return state.last_fire_time + self.delay
+
+    def describe(self) -> str:
+        text = f"{format_duration(self.delay)} after each run"
+        if self.initial_delay:
+            text += f", first after {format_duration(self.initial_delay)}"
+        return text
+
+
+@dataclass(frozen=True)
+class OneShotTrigger:
+    """Fire once, at *at*; at once if *at* has passed and the task never ran."""
+
+    at: datetime
+    kind = "one_shot"
+
+    def __post_init__(self) -> None:
+        if self.at.tzinfo is None:
+            raise ValueError(f"at={self.at.isoformat()} must be an aware datetime")
+
+    def initial_anchor(self, *, now: datetime) -> datetime:
+        return self.at.astimezone(UTC)
+
+    def next_fire_time(self, *, now: datetime, state: TriggerState) -> datetime | None:
+        if state.last_fire_time is not None:
+            return None
+        return self.at.astimezone(UTC)
+
+    def describe(self) -> str:
+        return f"once at {self.at.isoformat()}"
+
+
+def parse_zone(zone: tzinfo | str) -> tzinfo:
+    """Return *zone* as a ``tzinfo``; raise ``ValueError`` for an unknown name."""
+    if not isinstance(zone, str):
+        return zone
+    try:
+        return ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"unknown time zone {zone!r}; use an IANA name such as 'Europe/Berlin' or 'UTC'"
+        ) from None
+
+
+def make_trigger(
+    *,
+    cron: str | CronExpression | None = None,
+    zone: tzinfo | str | None = None,
+    fixed_rate: DurationLike | None = None,
+    fixed_delay: DurationLike | None = None,
+    initial_delay: DurationLike | None = None,
+    at: datetime | None = None,
+    missed: MissedRuns | str = MissedRuns.COALESCE,
+    default_zone: tzinfo = UTC,
+) -> Trigger:
+    """Build the trigger that ``@scheduled``'s options describe, or raise ``ValueError``."""
+    options = {"cron": cron, "fixed_rate": fixed_rate, "fixed_delay": fixed_delay, "at": at}
+    given = [name for name, value in options.items() if value is not None]
+    if len(given) != 1:
+        raise ValueError(
+            "give exactly one of cron=, fixed_rate=, fixed_delay= or at=, "
+            f"got {', '.join(name + '=' for name in given) if given else 'none'}"
+        )
+    policy = MissedRuns.parse(missed)
+    if zone is not None and cron is None:
+        raise ValueError(f"zone= applies to cron= only, not to {given[0]}=")
+    if initial_delay is not None and given[0] in ("cron", "at"):
+        raise ValueError(
+            f"initial_delay= applies to fixed_rate= and fixed_delay= only, not to {given[0]}="
+        )
+    if missed != MissedRuns.COALESCE and given[0] in ("fixed_delay", "at"):
+        raise ValueError(f"missed= applies to cron= and fixed_rate= only, not to {given[0]}=")
+    delay = parse_duration(0 if initial_delay is None else initial_delay, name="initial_delay")
+    if cron is not None:
+        expression = cron if isinstance(cron, CronExpression) else CronExpression.parse(cron)
+        return CronTrigger(expression, parse_zone(zone) if zone else default_zone, policy)
+    if fixed_rate is not None:
+        period = parse_duration(fixed_rate, name="fixed_rate", allow_zero=False)
+        return FixedRateTrigger(period, delay, policy)
+    if fixed_delay is not None:
+        period = parse_duration(fixed_delay, name="fixed_delay", allow_zero=False)
+        return FixedDelayTrigger(period, delay)
+    assert at is not None
+    return OneShotTrigger(at)

@@ -1,0 +1,40 @@
+"""What a project's tasks look like: ``django_scheduling`` imports this module at start."""
+
+import logging
+import random
+
+from django.contrib.auth import get_user_model
+
+from django_scheduling import scheduled, shutdown_requested
+
+logger = logging.getLogger(__name__)
+
+
+@scheduled(fixed_rate="5s")
+def heartbeat():
+    """Every 5 seconds, on one instance only (the default lock makes sure of it)."""
+    logger.info("heartbeat: %d user(s)", get_user_model().objects.count())
+
+
+@scheduled(cron="*/10 * * * * *")
+def every_ten_seconds():
+    """At seconds 0, 10, 20, ... of every minute (six-field cron, seconds first)."""
+    logger.info("ten-second tick")
+
+
+@scheduled(cron="0 3 * * *", zone="Europe/Berlin", lock_at_most_for="1h")
+def nightly_cleanup():
+    """At 03:00 Berlin time (five-field cron), whatever the server's zone; DST-safe."""
+    logger.info("nightly clean-up")
+
+
+@scheduled(fixed_delay="15s", initial_delay="2s")
+def flaky_import():
+    """15 seconds after the previous run ended. It fails now and then: failures are recorded
+    in the history and the task keeps its schedule."""
+    for _ in range(3):
+        if shutdown_requested():
+            return
+    if random.random() < 0.3:
+        raise RuntimeError("the upstream feed timed out")
+    logger.info("imported the feed")

@@ -1,0 +1,184 @@
+"""@scheduled, the registry, the SCHEDULING setting and the system checks."""
+
+import asyncio
+from datetime import timedelta
+
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import SimpleTestCase, override_settings
+
+from django_scheduling import checks as scheduling_checks
+from django_scheduling import registry as registry_module
+from django_scheduling import scheduled
+from django_scheduling.conf import SchedulingSettings, get_settings
+from django_scheduling.registry import TaskRegistry
+
+
+def job():
+    return "ran"
+
+
+async def async_job():
+    await asyncio.sleep(0)
+
+
+class ScheduledDecoratorTests(SimpleTestCase):
+    def setUp(self):
+        self.saved = registry_module.registry
+        registry_module.registry = TaskRegistry()
+        scheduling_checks.registry = registry_module.registry
+        self.addCleanup(self.restore)
+
+    def restore(self):
+        registry_module.registry = self.saved
+        scheduling_checks.registry = self.saved
+
+    def test_returns_the_function_unchanged(self):
+        decorated = scheduled(fixed_rate="5s")(job)
+        self.assertIs(decorated, job)
+        self.assertEqual(decorated(), "ran")
+
+    def test_default_name_is_module_and_qualname(self):
+        scheduled(fixed_rate="5s")(job)
+        self.assertIn(f"{__name__}.job", registry_module.registry)
+
+    def test_async_functions_are_recognised(self):
+        scheduled(fixed_rate="5s", name="async")(async_job)
+        self.assertTrue(registry_module.registry.get("async").is_async)
+
+    def test_options_are_kept(self):
+        scheduled(fixed_rate="5s", lock_at_most_for="1m", lock_at_least_for="2s", name="x")(job)
+        definition = registry_module.registry.get("x")
+        self.assertEqual(definition.lock_at_most_for, timedelta(minutes=1))
+        self.assertEqual(definition.lock_at_least_for, timedelta(seconds=2))
+        self.assertIsNone(definition.error)
+
+    def check_messages(self):
+        return scheduling_checks.check_tasks()
+
+    def assert_one_error(self, check_id, text):
+        messages = self.check_messages()
+        self.assertEqual([m.id for m in messages], [check_id], messages)
+        self.assertIn(text, messages[0].msg)
+        self.assertIsInstance(messages[0], checks.Error)
+
+    def test_invalid_cron_is_reported_by_check(self):
+        scheduled(cron="0 0 25 * * *", name="bad")(job)
+        self.assert_one_error("django_scheduling.E001", "hour value 25 is out of range 0-23")
+
+    def test_invalid_duration_is_reported(self):
+        scheduled(fixed_rate="often", name="bad")(job)
+        self.assert_one_error("django_scheduling.E001", "invalid fixed_rate 'often'")
+
+    def test_unknown_zone_is_reported(self):
+        scheduled(cron="@daily", zone="Europe/Atlantis", name="bad")(job)
+        self.assert_one_error("django_scheduling.E001", "unknown time zone 'Europe/Atlantis'")
+
+    def test_cron_with_initial_delay_is_reported(self):
+        scheduled(cron="@daily", initial_delay="5s", name="bad")(job)
+        self.assert_one_error("django_scheduling.E001", "initial_delay= applies to fixed_rate=")
+
+    def test_two_trigger_kinds_are_reported(self):
+        scheduled(cron="@daily", fixed_delay="5s", name="bad")(job)
+        self.assert_one_error("django_scheduling.E001", "give exactly one of")
+
+    def test_lock_times_that_make_no_sense_are_reported(self):
+        scheduled(fixed_rate="5s", lock_at_most_for="1s", lock_at_least_for="5s", name="a")(job)
+        self.assert_one_error("django_scheduling.E003", "lock_at_least_for ('5s') exceeds")
+
+    def test_zero_lock_at_most_for_is_reported(self):
+        scheduled(fixed_rate="5s", lock_at_most_for=0, name="a")(job)
+        self.assert_one_error("django_scheduling.E003", "lock_at_most_for=0 must be greater")
+
+    def test_lock_times_without_lock_are_reported(self):
+        scheduled(fixed_rate="5s", lock=False, lock_at_most_for="1m", name="a")(job)
+        self.assert_one_error("django_scheduling.E003", "need lock=True")
+
+    def test_duplicate_names_are_reported(self):
+        scheduled(fixed_rate="5s", name="same")(job)
+        scheduled(fixed_rate="5s", name="same")(async_job)
+        self.assert_one_error("django_scheduling.E002", "Two tasks are named 'same'")
+
+    def test_registering_the_same_function_again_is_not_a_duplicate(self):
+        scheduled(fixed_rate="5s")(job)
+        scheduled(fixed_rate="5s")(job)
+        self.assertEqual(self.check_messages(), [])
+
+    def test_too_long_name_is_reported(self):
+        scheduled(fixed_rate="5s", name="x" * 201)(job)
+        self.assert_one_error("django_scheduling.E007", "the limit is 200")
+
+    def test_manage_py_check_fails_on_a_bad_task(self):
+        scheduled(cron="0 0 25 * * *", name="bad")(job)
+        with self.assertRaisesMessage(SystemCheckError, "django_scheduling.E001"):
+            call_command("check")
+
+    def test_the_scheduler_refuses_to_start_with_a_bad_task(self):
+        from django_scheduling.service import SchedulerService
+
+        scheduled(cron="0 0 25 * * *", name="bad")(job)
+        with self.assertRaisesMessage(ImproperlyConfigured, "hour value 25 is out of range"):
+            SchedulerService([]).start()
+
+
+class SettingsTests(SimpleTestCase):
+    def test_defaults(self):
+        conf = SchedulingSettings.from_dict({})
+        self.assertTrue(conf.autostart)
+        self.assertEqual(conf.task_module, "tasks")
+        self.assertEqual(conf.lock_at_most_for, timedelta(minutes=10))
+        self.assertEqual(conf.history_retention, timedelta(days=30))
+        self.assertEqual(conf.rejection_policy, "abort")
+
+    @override_settings(SCHEDULING={"SHUTDOWN_TIMEOUT": "5s"})
+    def test_read_lazily_and_reset_by_override_settings(self):
+        self.assertEqual(get_settings().shutdown_timeout, timedelta(seconds=5))
+        with self.settings(SCHEDULING={"SHUTDOWN_TIMEOUT": "PT1M"}):
+            self.assertEqual(get_settings().shutdown_timeout, timedelta(minutes=1))
+        self.assertEqual(get_settings().shutdown_timeout, timedelta(seconds=5))
+
+    def test_rejections_name_the_key_and_the_fix(self):
+        cases = [
+            ({"POOL_SIZE": 3}, "SCHEDULING has unknown key(s) POOL_SIZE; the keys are"),
+            ({"CORE_POOL_SIZE": -1}, "SCHEDULING['CORE_POOL_SIZE'] must be a whole number"),
+            ({"MAX_POOL_SIZE": "8"}, "SCHEDULING['MAX_POOL_SIZE'] must be a whole number"),
+            (
+                {"CORE_POOL_SIZE": 8, "MAX_POOL_SIZE": 2},
+                "SCHEDULING['MAX_POOL_SIZE'] (2) is smaller than SCHEDULING['CORE_POOL_SIZE'] (8)",
+            ),
+            ({"REJECTION_POLICY": "drop"}, "SCHEDULING['REJECTION_POLICY'] is 'drop'; use one of"),
+            ({"KEEP_ALIVE": "1 minute"}, "invalid SCHEDULING['KEEP_ALIVE'] '1 minute'"),
+            ({"LOCK_AT_MOST_FOR": 0}, "SCHEDULING['LOCK_AT_MOST_FOR'] must be greater than zero"),
+            (
+                {"LOCK_AT_MOST_FOR": "1s", "LOCK_AT_LEAST_FOR": "2s"},
+                "SCHEDULING['LOCK_AT_LEAST_FOR'] ('2s') exceeds",
+            ),
+            ({"AUTOSTART": "yes"}, "SCHEDULING['AUTOSTART'] must be True or False"),
+            ({"LOCK_PROVIDER": "redis"}, "SCHEDULING['LOCK_PROVIDER'] is 'redis'"),
+            ({"INSTANCE_NAME": ""}, "SCHEDULING['INSTANCE_NAME'] must be a non-empty string"),
+        ]
+        for raw, message in cases:
+            with self.subTest(raw=raw), self.assertRaisesMessage(ImproperlyConfigured, message):
+                SchedulingSettings.from_dict(raw)
+
+    @override_settings(SCHEDULING={"CORE_POOL_SIZE": "four"})
+    def test_bad_setting_is_a_check_error(self):
+        messages = scheduling_checks.check_settings()
+        self.assertEqual([m.id for m in messages], ["django_scheduling.E004"])
+        self.assertIn("CORE_POOL_SIZE", messages[0].msg)
+
+    @override_settings(USE_TZ=False)
+    def test_use_tz_false_is_a_check_error(self):
+        messages = scheduling_checks.check_settings()
+        self.assertEqual([m.id for m in messages], ["django_scheduling.E006"])
+
+    @override_settings(SCHEDULING={"DATABASE": "elsewhere"})
+    def test_unknown_database_alias_is_a_check_error(self):
+        messages = scheduling_checks.check_settings()
+        self.assertEqual([m.id for m in messages], ["django_scheduling.E005"])
+        self.assertIn("'elsewhere', which is not in DATABASES", messages[0].msg)
+
+    def test_the_project_passes_its_checks(self):
+        self.assertEqual(scheduling_checks.check_settings(), [])
