@@ -1,0 +1,220 @@
+"""The delay queue and dispatcher, with an in-memory runner: no database involved.
+
+Synchronisation is by events and polls with deadlines; assertions about timing look at the fire
+times the scheduler asked for, which are exact, not at measured durations.
+"""
+
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from django.test import SimpleTestCase
+
+from django_scheduling import shutdown_requested
+from django_scheduling.scheduler import Entry, Scheduler
+from django_scheduling.triggers import FixedDelayTrigger, FixedRateTrigger, TriggerState
+
+DEADLINE = 10.0
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def wait_for(predicate, timeout=DEADLINE):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        time.sleep(0.005)
+
+
+@dataclass
+class Task:
+    trigger: object
+    action: object = None
+    state: TriggerState = field(default_factory=TriggerState)
+    runs: list = field(default_factory=list)  # (fire_time, started, finished)
+
+
+class MemoryRunner:
+    """Run tasks in memory with real triggers, recording what happened."""
+
+    def __init__(self):
+        self.rejections = []
+        self.lock = threading.Lock()
+
+    def first_fire_time(self, entry, *, now):
+        task = entry.payload
+        if task.state.anchor is None:
+            task.state = replace(task.state, anchor=task.trigger.initial_anchor(now=now))
+        return task.trigger.next_fire_time(now=now, state=task.state)
+
+    def run(self, entry, fire_time):
+        task = entry.payload
+        started = now()
+        if task.action is not None:
+            task.action()
+        finished = now()
+        with self.lock:
+            task.runs.append((fire_time, started, finished))
+        task.state = replace(task.state, last_fire_time=fire_time, last_finished=finished)
+        return task.trigger.next_fire_time(now=finished, state=task.state)
+
+    def rejected(self, entry, fire_time, stats):
+        self.rejections.append((entry.name, fire_time, stats))
+
+    def next_after_rejection(self, entry, fire_time):
+        return None
+
+
+class SchedulerTests(SimpleTestCase):
+    def make(self, **options):
+        runner = MemoryRunner()
+        scheduler = Scheduler(runner, **options)
+        self.addCleanup(scheduler.shutdown, 5)
+        return runner, scheduler
+
+    def test_a_past_fire_time_runs_at_once(self):
+        runner, scheduler = self.make()
+        ran = threading.Event()
+        task = Task(FixedRateTrigger(timedelta(hours=1)), ran.set)
+        task.state = TriggerState(anchor=now() - timedelta(minutes=5))
+        scheduler.add(Entry("late", task))
+        scheduler.start()
+        self.assertTrue(ran.wait(DEADLINE))
+        self.assertEqual(task.runs[0][0], task.state.anchor)
+
+    def test_an_earlier_task_wakes_the_sleeping_dispatcher(self):
+        runner, scheduler = self.make()
+        far = Task(FixedRateTrigger(timedelta(hours=1), initial_delay=timedelta(hours=1)))
+        scheduler.add(Entry("far", far))
+        scheduler.start()
+        # The dispatcher now sleeps toward "far" (or MAX_SLEEP, 30 s). A new task due in 50 ms
+        # must run long before that.
+        ran = threading.Event()
+        soon = Task(
+            FixedRateTrigger(timedelta(hours=1), initial_delay=timedelta(milliseconds=50)), ran.set
+        )
+        added = time.monotonic()
+        scheduler.add(Entry("soon", soon))
+        self.assertTrue(ran.wait(DEADLINE))
+        self.assertLess(time.monotonic() - added, Scheduler.MAX_SLEEP / 2)
+        self.assertEqual(far.runs, [])
+
+    def test_one_task_never_runs_twice_at_once(self):
+        runner, scheduler = self.make(core_pool_size=4, max_pool_size=4)
+        release = threading.Event()
+        active, most = [0], [0]
+        lock = threading.Lock()
+
+        def slow():
+            with lock:
+                active[0] += 1
+                most[0] = max(most[0], active[0])
+            release.wait(DEADLINE)
+            with lock:
+                active[0] -= 1
+
+        task = Task(FixedRateTrigger(timedelta(milliseconds=10)), slow)
+        scheduler.add(Entry("slow", task))
+        scheduler.start()
+        wait_for(lambda: active[0] == 1)
+        first_started = time.monotonic()
+        # Many 10 ms slots pass while the first run blocks: none may start alongside it.
+        wait_for(lambda: time.monotonic() - first_started > 0.2)
+        self.assertEqual(most[0], 1)
+        release.set()
+        wait_for(lambda: len(task.runs) >= 3)
+        self.assertEqual(most[0], 1)
+
+    def test_fixed_rate_stays_on_its_grid(self):
+        runner, scheduler = self.make()
+        task = Task(FixedRateTrigger(timedelta(milliseconds=40)))
+        scheduler.add(Entry("rate", task))
+        scheduler.start()
+        wait_for(lambda: len(task.runs) >= 5)
+        anchor = task.state.anchor
+        fire_times = [run[0] for run in task.runs[:5]]
+        self.assertEqual(fire_times, [anchor + k * timedelta(milliseconds=40) for k in range(5)])
+
+    def test_fixed_delay_counts_from_each_finish(self):
+        runner, scheduler = self.make()
+        task = Task(FixedDelayTrigger(timedelta(milliseconds=40)), lambda: time.sleep(0.01))
+        scheduler.add(Entry("delay", task))
+        scheduler.start()
+        wait_for(lambda: len(task.runs) >= 4)
+        runs = task.runs[:4]
+        for previous, following in zip(runs, runs[1:], strict=False):
+            self.assertEqual(following[0], previous[2] + timedelta(milliseconds=40))
+            self.assertGreaterEqual(following[1], following[0])
+
+    def test_run_now_runs_at_once_and_after_a_running_run(self):
+        runner, scheduler = self.make()
+        task = Task(FixedRateTrigger(timedelta(hours=1), initial_delay=timedelta(hours=1)))
+        scheduler.add(Entry("manual", task))
+        scheduler.start()
+        self.assertTrue(scheduler.run_now("manual"))
+        wait_for(lambda: len(task.runs) == 1)
+        self.assertIsNone(task.runs[0][0])
+        self.assertFalse(scheduler.run_now("unknown"))
+
+    def test_rejection_is_reported_with_the_numbers(self):
+        runner, scheduler = self.make(
+            core_pool_size=1, max_pool_size=1, queue_capacity=0, rejection_policy="abort"
+        )
+        release = threading.Event()
+        started = threading.Event()
+
+        def block():
+            started.set()
+            release.wait(DEADLINE)
+
+        self.addCleanup(release.set)
+        scheduler.add(Entry("blocker", Task(FixedRateTrigger(timedelta(hours=1)), block)))
+        scheduler.start()
+        self.assertTrue(started.wait(DEADLINE))
+        scheduler.add(Entry("victim", Task(FixedRateTrigger(timedelta(hours=1)))))
+        wait_for(lambda: runner.rejections)
+        name, fire_time, stats = runner.rejections[0]
+        self.assertEqual(name, "victim")
+        self.assertEqual((stats.threads, stats.max_size, stats.queue_capacity), (1, 1, 0))
+
+    def test_shutdown_waits_for_running_tasks(self):
+        runner, scheduler = self.make()
+        started, release = threading.Event(), threading.Event()
+        seen_shutdown = []
+
+        def task_body():
+            started.set()
+            release.wait(DEADLINE)
+            seen_shutdown.append(shutdown_requested())
+
+        task = Task(FixedRateTrigger(timedelta(hours=1)), task_body)
+        scheduler.add(Entry("busy", task))
+        scheduler.start()
+        self.assertTrue(started.wait(DEADLINE))
+        threading.Timer(0.05, release.set).start()
+        self.assertEqual(scheduler.shutdown(timeout=DEADLINE), [])
+        self.assertEqual(seen_shutdown, [True])
+        self.assertEqual(len(task.runs), 1)
+
+    def test_shutdown_timeout_reports_tasks_still_running(self):
+        runner, scheduler = self.make()
+        started, release = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+
+        def stuck():
+            started.set()
+            release.wait(DEADLINE)
+
+        scheduler.add(Entry("stuck", Task(FixedRateTrigger(timedelta(hours=1)), stuck)))
+        scheduler.start()
+        self.assertTrue(started.wait(DEADLINE))
+        begun = time.monotonic()
+        self.assertEqual(scheduler.shutdown(timeout=0.1), ["stuck"])
+        self.assertLess(time.monotonic() - begun, DEADLINE)
+
+    def test_shutdown_requested_is_false_outside_a_stopping_scheduler(self):
+        self.assertFalse(shutdown_requested())
