@@ -4,6 +4,7 @@ Synchronisation is by events and polls with deadlines; assertions about timing l
 times the scheduler asked for, which are exact, not at measured durations.
 """
 
+import itertools
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -77,7 +78,7 @@ class SchedulerTests(SimpleTestCase):
         return runner, scheduler
 
     def test_a_past_fire_time_runs_at_once(self):
-        runner, scheduler = self.make()
+        _runner, scheduler = self.make()
         ran = threading.Event()
         task = Task(FixedRateTrigger(timedelta(hours=1)), ran.set)
         task.state = TriggerState(anchor=now() - timedelta(minutes=5))
@@ -87,7 +88,7 @@ class SchedulerTests(SimpleTestCase):
         self.assertEqual(task.runs[0][0], task.state.anchor)
 
     def test_an_earlier_task_wakes_the_sleeping_dispatcher(self):
-        runner, scheduler = self.make()
+        _runner, scheduler = self.make()
         far = Task(FixedRateTrigger(timedelta(hours=1), initial_delay=timedelta(hours=1)))
         scheduler.add(Entry("far", far))
         scheduler.start()
@@ -104,7 +105,7 @@ class SchedulerTests(SimpleTestCase):
         self.assertEqual(far.runs, [])
 
     def test_one_task_never_runs_twice_at_once(self):
-        runner, scheduler = self.make(core_pool_size=4, max_pool_size=4)
+        _runner, scheduler = self.make(core_pool_size=4, max_pool_size=4)
         release = threading.Event()
         active, most = [0], [0]
         lock = threading.Lock()
@@ -130,7 +131,7 @@ class SchedulerTests(SimpleTestCase):
         self.assertEqual(most[0], 1)
 
     def test_fixed_rate_stays_on_its_grid(self):
-        runner, scheduler = self.make()
+        _runner, scheduler = self.make()
         task = Task(FixedRateTrigger(timedelta(milliseconds=40)))
         scheduler.add(Entry("rate", task))
         scheduler.start()
@@ -140,18 +141,18 @@ class SchedulerTests(SimpleTestCase):
         self.assertEqual(fire_times, [anchor + k * timedelta(milliseconds=40) for k in range(5)])
 
     def test_fixed_delay_counts_from_each_finish(self):
-        runner, scheduler = self.make()
+        _runner, scheduler = self.make()
         task = Task(FixedDelayTrigger(timedelta(milliseconds=40)), lambda: time.sleep(0.01))
         scheduler.add(Entry("delay", task))
         scheduler.start()
         wait_for(lambda: len(task.runs) >= 4)
         runs = task.runs[:4]
-        for previous, following in zip(runs, runs[1:], strict=False):
+        for previous, following in itertools.pairwise(runs):
             self.assertEqual(following[0], previous[2] + timedelta(milliseconds=40))
             self.assertGreaterEqual(following[1], following[0])
 
     def test_run_now_runs_at_once_and_after_a_running_run(self):
-        runner, scheduler = self.make()
+        _runner, scheduler = self.make()
         task = Task(FixedRateTrigger(timedelta(hours=1), initial_delay=timedelta(hours=1)))
         scheduler.add(Entry("manual", task))
         scheduler.start()
@@ -177,12 +178,12 @@ class SchedulerTests(SimpleTestCase):
         self.assertTrue(started.wait(DEADLINE))
         scheduler.add(Entry("victim", Task(FixedRateTrigger(timedelta(hours=1)))))
         wait_for(lambda: runner.rejections)
-        name, fire_time, stats = runner.rejections[0]
+        name, _fire_time, stats = runner.rejections[0]
         self.assertEqual(name, "victim")
         self.assertEqual((stats.threads, stats.max_size, stats.queue_capacity), (1, 1, 0))
 
     def test_shutdown_waits_for_running_tasks(self):
-        runner, scheduler = self.make()
+        _runner, scheduler = self.make()
         started, release = threading.Event(), threading.Event()
         seen_shutdown = []
 
@@ -201,7 +202,7 @@ class SchedulerTests(SimpleTestCase):
         self.assertEqual(len(task.runs), 1)
 
     def test_shutdown_timeout_reports_tasks_still_running(self):
-        runner, scheduler = self.make()
+        _runner, scheduler = self.make()
         started, release = threading.Event(), threading.Event()
         self.addCleanup(release.set)
 
