@@ -82,7 +82,9 @@ class SchedulingSettings:
 
         def duration(key: str, *, allow_zero: bool = True) -> timedelta:
             try:
-                return parse_duration(values[key], name=f"SCHEDULING[{key!r}]", allow_zero=allow_zero)
+                return parse_duration(
+                    values[key], name=f"SCHEDULING[{key!r}]", allow_zero=allow_zero
+                )
             except ValueError as exc:
                 raise ImproperlyConfigured(str(exc)) from None
 
@@ -121,10 +123,12 @@ class SchedulingSettings:
         if most < core:
             raise ImproperlyConfigured(
                 f"SCHEDULING['MAX_POOL_SIZE'] ({most}) is smaller than "
-                f"SCHEDULING['CORE_POOL_SIZE'] ({core}); raise MAX_POOL_SIZE or lower CORE_POOL_SIZE"
+                f"SCHEDULING['CORE_POOL_SIZE'] ({core}); "
+                "raise MAX_POOL_SIZE or lower CORE_POOL_SIZE"
             )
-        at_most, at_least = duration("LOCK_AT_MOST_FOR", allow_zero=False), duration(
-            "LOCK_AT_LEAST_FOR"
+        at_most, at_least = (
+            duration("LOCK_AT_MOST_FOR", allow_zero=False),
+            duration("LOCK_AT_LEAST_FOR"),
         )
         if at_least > at_most:
             raise ImproperlyConfigured(
@@ -182,4 +186,3 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
     global _cached
     if setting == "SCHEDULING":
         _cached = None
-

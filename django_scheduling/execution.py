@@ -91,7 +91,9 @@ class _HeldLock:
             least = max(self._least_until - utcnow(), timedelta(0))
             try:
                 close_old_connections()
-                extended = self.lock.extend(config.lock_at_most_for, min(least, config.lock_at_most_for))
+                extended = self.lock.extend(
+                    config.lock_at_most_for, min(least, config.lock_at_most_for)
+                )
             except LockError:
                 logger.warning("Could not extend the lock of %s; trying again", self.name)
                 self._schedule()
@@ -387,7 +389,9 @@ class TaskRunner:
 
     def rejected(self, entry: Entry, fire_time: datetime | None, stats: PoolStats) -> None:
         spec: TaskSpec = entry.payload
-        logger.warning("The pool rejected %s (scheduled for %s): %s", spec.name, _when(fire_time), stats)
+        logger.warning(
+            "The pool rejected %s (scheduled for %s): %s", spec.name, _when(fire_time), stats
+        )
         if self.conf.history:
             now = self.clock()
             try:

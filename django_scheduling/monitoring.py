@@ -27,11 +27,14 @@ class TaskState(enum.StrEnum):
 
 def _overdue_q(now: datetime, overdue_after: timedelta) -> Q:
     not_started = Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=F("next_fire_time"))
-    return Q(
-        removed_at__isnull=True,
-        paused=False,
-        next_fire_time__lt=now - overdue_after,
-    ) & not_started
+    return (
+        Q(
+            removed_at__isnull=True,
+            paused=False,
+            next_fire_time__lt=now - overdue_after,
+        )
+        & not_started
+    )
 
 
 def annotate_state(
@@ -84,7 +87,9 @@ def task_state(task: ScheduledTask, *, now: datetime, overdue_after: timedelta) 
     return TaskState.UPCOMING
 
 
-def overdue_tasks(*, now: datetime, overdue_after: timedelta, using: str) -> QuerySet[ScheduledTask]:
+def overdue_tasks(
+    *, now: datetime, overdue_after: timedelta, using: str
+) -> QuerySet[ScheduledTask]:
     """Return the overdue tasks, the most overdue first."""
     return (
         ScheduledTask.objects.using(using)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import Any, TypeVar
 
-from .durations import DurationLike, parse_duration
 from .conf import NAME_LENGTH
+from .durations import DurationLike, parse_duration
 from .triggers import MissedRuns, Trigger, make_trigger
 
 __all__ = ["TaskDefinition", "TaskRegistry", "registry", "scheduled", "autodiscover"]
@@ -56,7 +56,6 @@ def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> Ta
     most, least = options.pop("lock_at_most_for"), options.pop("lock_at_least_for")
     trigger_options = {key: value for key, value in options.items() if value is not None}
     task_name = name if name is not None else f"{func.__module__}.{func.__qualname__}"
-    definition = TaskDefinition(task_name, func, trigger_options, lock)
     try:
         if not isinstance(task_name, str) or not task_name.strip():
             raise _Invalid("name", f"task name {task_name!r} is empty; give name='...'")

@@ -90,9 +90,7 @@ class SchedulerService:
         self.scheduler.start()
         self.runner.timer = self.scheduler.timer
         self._schedule_poll()
-        logger.info(
-            "Scheduler started with %d task(s) as %s", len(self.specs), conf.instance_name
-        )
+        logger.info("Scheduler started with %d task(s) as %s", len(self.specs), conf.instance_name)
 
     def next_fire_times(self) -> dict[str, datetime | None]:
         assert self.scheduler is not None
@@ -173,6 +171,8 @@ class SchedulerService:
                 older_than=now - self.conf.history_retention, using=self.conf.database
             )
             if lost or pruned:
-                logger.info("Housekeeping: %d lost run(s) marked, %d old run(s) pruned", lost, pruned)
+                logger.info(
+                    "Housekeeping: %d lost run(s) marked, %d old run(s) pruned", lost, pruned
+                )
         finally:
             lock.unlock()

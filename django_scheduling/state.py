@@ -62,7 +62,9 @@ def sync_tasks(
         described = trigger.describe()[:255]
         changes: dict[str, object] = {}
         if row.trigger != described or row.kind != trigger.kind:
-            changes.update(trigger=described, kind=trigger.kind, anchor=trigger.initial_anchor(now=now))
+            changes.update(
+                trigger=described, kind=trigger.kind, anchor=trigger.initial_anchor(now=now)
+            )
         if row.removed_at is not None:
             changes["removed_at"] = None
         if changes:

@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 
-class MissedRuns(str, enum.Enum):
+class MissedRuns(enum.StrEnum):
     """What to do with fire times that passed while a run overran or no scheduler was up."""
 
     #: Run once as soon as possible for the newest missed fire time, then go on as planned.

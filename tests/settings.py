@@ -11,6 +11,7 @@ import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", BASE_DIR / "test-artifacts"))
+ARTIFACTS.mkdir(parents=True, exist_ok=True)
 
 env = environ.Env()
 

@@ -177,9 +177,7 @@ class TestOneShot:
 class TestMakeTrigger:
     def test_builds_each_kind(self):
         assert isinstance(make_trigger(cron="0 0 3 * * *"), CronTrigger)
-        assert make_trigger(fixed_rate="30s", initial_delay="1m") == FixedRateTrigger(
-            s(30), s(60)
-        )
+        assert make_trigger(fixed_rate="30s", initial_delay="1m") == FixedRateTrigger(s(30), s(60))
         assert make_trigger(fixed_delay=5) == FixedDelayTrigger(s(5))
         assert make_trigger(at=T0) == OneShotTrigger(T0)
 

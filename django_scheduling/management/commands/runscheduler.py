@@ -40,7 +40,9 @@ class Command(BaseCommand):
             "--pool-size", type=int, help="Core and maximum pool size (overrides SCHEDULING)."
         )
         parser.add_argument(
-            "--list", action="store_true", help="List the tasks and their next fire times, and exit."
+            "--list",
+            action="store_true",
+            help="List the tasks and their next fire times, and exit.",
         )
         parser.add_argument(
             "--shutdown-timeout",
@@ -67,7 +69,9 @@ class Command(BaseCommand):
             self.stderr.write(f"Received {signal.Signals(signum).name}, shutting down")
             stop.set()
 
-        previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous = {
+            sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
         try:
             service.start()
             self._print_tasks(service)

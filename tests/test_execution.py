@@ -1,0 +1,269 @@
+"""One firing through the real runner, lock provider and database.
+
+Two runners with different instance names stand for two instances; their clocks are injected,
+so clock skew is exact and no test waits for a fire time.
+"""
+
+import dataclasses
+import threading
+from datetime import UTC, datetime, timedelta
+
+from django.test import TransactionTestCase
+
+from django_scheduling import signals
+from django_scheduling.conf import get_settings
+from django_scheduling.execution import TaskRunner
+from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
+from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
+from django_scheduling.registry import TaskRegistry
+from django_scheduling.scheduler import Entry, Timer
+
+T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self, start, offset=timedelta(0)):
+        self.now = start
+        self.offset = offset
+
+    def __call__(self):
+        return self.now + self.offset
+
+
+def make_runner(name, clock, provider=None):
+    conf = dataclasses.replace(get_settings(), instance_name=name)
+    return TaskRunner(
+        conf=conf,
+        provider=provider or DatabaseLockProvider(owner=name),
+        default_zone=UTC,
+        clock=clock,
+    )
+
+
+class Calls:
+    def __init__(self, error=None):
+        self.count = 0
+        self.error = error
+
+    def __call__(self):
+        self.count += 1
+        if self.error:
+            raise self.error
+
+
+class ExecutionTests(TransactionTestCase):
+    def setUp(self):
+        self.registry = TaskRegistry()
+        self.clock = Clock(T0)
+
+    def task(self, func, **options):
+        options.setdefault("name", "job")
+        return self.registry.add(func, **options)
+
+    def entry(self, runner, definition):
+        (spec,) = runner.specs([definition], complete=False)
+        return Entry(spec.name, spec)
+
+    def test_a_firing_runs_and_is_recorded(self):
+        calls = Calls()
+        runner = make_runner("a", self.clock)
+        entry = self.entry(runner, self.task(calls, fixed_rate="10s"))
+        first = runner.first_fire_time(entry, now=self.clock())
+        self.assertEqual(first, T0)
+        next_time = runner.run(entry, first)
+        self.assertEqual(calls.count, 1)
+        self.assertEqual(next_time, T0 + timedelta(seconds=10))
+        run = TaskRun.objects.get()
+        self.assertEqual(
+            (run.task_name, run.status, run.scheduled_at, run.instance),
+            ("job", RunStatus.SUCCEEDED, T0, "a"),
+        )
+        self.assertIsNotNone(run.finished_at)
+        row = ScheduledTask.objects.get(name="job")
+        self.assertEqual(row.last_fire_time, T0)
+        self.assertEqual(row.last_run_id, run.pk)
+        self.assertEqual(row.next_fire_time, T0 + timedelta(seconds=10))
+        # The lock was released: another instance could take it now.
+        self.assertLessEqual(TaskLock.objects.get(name="job").lock_until, datetime.now(UTC))
+
+    def test_a_failing_task_is_recorded_and_keeps_its_schedule(self):
+        runner = make_runner("a", self.clock)
+        entry = self.entry(runner, self.task(Calls(ValueError("bad <input>")), fixed_rate="10s"))
+        next_time = runner.run(entry, T0)
+        self.assertEqual(next_time, T0 + timedelta(seconds=10))
+        run = TaskRun.objects.get()
+        self.assertEqual(run.status, RunStatus.FAILED)
+        self.assertEqual(run.error_type, "builtins.ValueError")
+        self.assertEqual(run.error_message, "bad <input>")
+        self.assertIn("Traceback", run.traceback)
+        self.clock.now = T0 + timedelta(seconds=10)
+        runner.run(entry, next_time)
+        self.assertEqual(TaskRun.objects.count(), 2)
+
+    def test_the_same_firing_runs_once_across_instances(self):
+        calls = Calls()
+        definition = self.task(calls, fixed_rate="1s")
+        a = make_runner("a", Clock(T0))
+        b = make_runner("b", Clock(T0, offset=timedelta(milliseconds=300)))  # b's clock is ahead
+        entry_a, entry_b = self.entry(a, definition), self.entry(b, definition)
+        # Both compute the same grid from the shared anchor, whatever their clocks say.
+        self.assertEqual(a.first_fire_time(entry_a, now=T0), T0)
+        self.assertEqual(b.first_fire_time(entry_b, now=T0), T0)
+        next_a = a.run(entry_a, T0)  # a runs T0 quickly and releases the lock
+        next_b = b.run(entry_b, T0)  # b gets the lock but finds T0 claimed
+        self.assertEqual(calls.count, 1)
+        self.assertEqual(next_a, T0 + timedelta(seconds=1))
+        self.assertEqual(next_b, T0 + timedelta(seconds=1))
+        self.assertEqual(b.skipped, 1)
+        self.assertEqual(TaskRun.objects.get().instance, "a")
+
+    def test_a_slow_clock_does_not_run_a_firing_again(self):
+        calls = Calls()
+        definition = self.task(calls, cron="* * * * * *")
+        a = make_runner("a", Clock(T0 + timedelta(milliseconds=5)))
+        slow = Clock(T0 - timedelta(seconds=2))  # b is 2 s behind
+        b = make_runner("b", slow)
+        entry_a, entry_b = self.entry(a, definition), self.entry(b, definition)
+        fire = T0 + timedelta(seconds=1)
+        a.clock.now = fire
+        a.run(entry_a, fire)
+        slow.now = fire  # b's clock reaches the same fire time later, in real time
+        b.run(entry_b, fire)
+        self.assertEqual(calls.count, 1)
+
+    def test_an_instance_that_finds_the_lock_held_skips_without_waiting(self):
+        calls = Calls()
+        definition = self.task(calls, fixed_rate="1s")
+        b = make_runner("b", Clock(T0))
+        entry_b = self.entry(b, definition)
+        holder = DatabaseLockProvider(owner="a").lock(LockConfiguration("job", "1m"))
+        self.assertIsNotNone(holder)
+        received = []
+        signals.run_skipped.connect(lambda sender, **kw: received.append(kw["reason"]), weak=False)
+        self.addCleanup(signals.run_skipped.receivers.clear)
+        next_b = b.run(entry_b, T0)
+        self.assertEqual(calls.count, 0)
+        self.assertEqual(next_b, T0 + timedelta(seconds=1))
+        self.assertEqual(received, ["locked"])
+        holder.unlock()
+
+    def test_fixed_delay_follows_the_finish_of_another_instance(self):
+        definition = self.task(Calls(), fixed_delay="5s")
+        a = make_runner("a", Clock(T0))
+        entry_a = self.entry(a, definition)
+        a.clock.now = T0 + timedelta(seconds=1)  # the run "takes" a second by a's clock
+        a.run(entry_a, T0)
+        b = make_runner("b", Clock(T0 + timedelta(seconds=3)))
+        entry_b = self.entry(b, definition)
+        self.assertEqual(b.first_fire_time(entry_b, now=b.clock()), T0 + timedelta(seconds=6))
+
+    def test_a_paused_task_skips_its_firing_on_every_instance(self):
+        calls = Calls()
+        runner = make_runner("a", self.clock)
+        entry = self.entry(runner, self.task(calls, fixed_rate="10s"))
+        ScheduledTask.objects.filter(name="job").update(paused=True)
+        next_time = runner.run(entry, T0)
+        self.assertEqual(calls.count, 0)
+        self.assertEqual(next_time, T0 + timedelta(seconds=10))
+        self.assertEqual(ScheduledTask.objects.get(name="job").last_fire_time, T0)
+        ScheduledTask.objects.filter(name="job").update(paused=False)
+        self.clock.now = T0 + timedelta(seconds=10)
+        runner.run(entry, next_time)
+        self.assertEqual(calls.count, 1)
+
+    def test_no_lock_no_run_when_the_database_fails(self):
+        class Down:
+            def lock(self, config):
+                raise LockError("connection refused")
+
+        calls = Calls()
+        runner = make_runner("a", self.clock, provider=Down())
+        entry = self.entry(runner, self.task(calls, fixed_rate="10s"))
+        retry = runner.run(entry, T0)
+        self.assertEqual(calls.count, 0)
+        self.assertEqual(retry, T0 + timedelta(seconds=1))
+        self.assertEqual(runner.run(entry, T0), T0 + timedelta(seconds=2))  # backing off
+        self.assertEqual(TaskRun.objects.count(), 0)
+
+    def test_unlocked_tasks_run_on_every_instance(self):
+        calls = Calls()
+        definition = self.task(calls, fixed_rate="1s", lock=False)
+        for name in ("a", "b"):
+            runner = make_runner(name, Clock(T0))
+            runner.run(self.entry(runner, definition), T0)
+        self.assertEqual(calls.count, 2)
+        self.assertFalse(TaskLock.objects.exists())
+
+    def test_a_manual_run_is_recorded_without_a_fire_time(self):
+        calls = Calls()
+        runner = make_runner("a", self.clock)
+        entry = self.entry(runner, self.task(calls, fixed_rate="1h"))
+        runner.run(entry, None)
+        self.assertEqual(calls.count, 1)
+        run = TaskRun.objects.get()
+        self.assertIsNone(run.scheduled_at)
+        self.assertIsNone(ScheduledTask.objects.get(name="job").last_fire_time)
+
+    def test_signals_around_a_run(self):
+        events = []
+
+        def receiver(signal_name):
+            def handler(sender, **kwargs):
+                events.append((signal_name, sender, kwargs["scheduled_at"]))
+
+            return handler
+
+        handlers = {
+            "started": receiver("started"),
+            "succeeded": receiver("succeeded"),
+            "failed": receiver("failed"),
+        }
+        signals.run_started.connect(handlers["started"])
+        signals.run_succeeded.connect(handlers["succeeded"])
+        signals.run_failed.connect(handlers["failed"])
+        self.addCleanup(signals.run_started.disconnect, handlers["started"])
+        self.addCleanup(signals.run_succeeded.disconnect, handlers["succeeded"])
+        self.addCleanup(signals.run_failed.disconnect, handlers["failed"])
+        runner = make_runner("a", self.clock)
+        runner.run(self.entry(runner, self.task(Calls(), fixed_rate="1s")), T0)
+        failing = self.task(Calls(RuntimeError("x")), fixed_rate="1s", name="failing")
+        runner.run(self.entry(runner, failing), T0)
+        self.assertEqual(
+            events,
+            [
+                ("started", "job", T0),
+                ("succeeded", "job", T0),
+                ("started", "failing", T0),
+                ("failed", "failing", T0),
+            ],
+        )
+
+    def test_the_lock_is_kept_alive_while_a_long_task_runs(self):
+        started, release = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+
+        def long_task():
+            started.set()
+            release.wait(30)
+
+        runner = make_runner("a", datetime.now)
+        runner.clock = lambda: datetime.now(UTC)
+        runner.timer = Timer()
+        self.addCleanup(runner.timer.stop)
+        definition = self.task(long_task, fixed_rate="1h", lock_at_most_for="400ms")
+        entry = self.entry(runner, definition)
+        worker = threading.Thread(target=runner.run, args=(entry, runner.clock()))
+        worker.start()
+        self.assertTrue(started.wait(10))
+        other = DatabaseLockProvider(owner="b")
+        # Well past lock_at_most_for, the lock is still held: the keep-alive extended it.
+        deadline = datetime.now(UTC) + timedelta(milliseconds=1200)
+        while datetime.now(UTC) < deadline:
+            self.assertIsNone(other.lock(LockConfiguration("job", "1m")))
+            release.wait(0.1)
+        release.set()
+        worker.join(10)
+        self.assertEqual(TaskRun.objects.get().status, RunStatus.SUCCEEDED)
+        lock = other.lock(LockConfiguration("job", "1m"))
+        self.assertIsNotNone(lock)  # released at the end
+        lock.unlock()
