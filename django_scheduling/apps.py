@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class SchedulingConfig(AppConfig):
@@ -9,9 +12,38 @@ class SchedulingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, registry  # noqa: F401  (registers the system checks)
-
-        registry.autodiscover()
+        from . import checks, registry  # noqa: F401  (checks registers the system checks)
         from .autostart import maybe_autostart
 
+        registry.autodiscover()
+        post_migrate.connect(_sync_after_migrate, sender=self)
         maybe_autostart()
+
+
+def _sync_after_migrate(*, using: str, **kwargs: Any) -> None:
+    """Create the task rows on ``migrate``, so the admin lists the tasks before any run."""
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import connections
+    from django.utils import timezone
+
+    from .conf import get_settings
+    from .models import ScheduledTask
+    from .registry import registry
+    from .state import sync_tasks
+
+    try:
+        conf = get_settings()
+    except ImproperlyConfigured:
+        return  # the system checks report it
+    if using != conf.database:
+        return
+    if ScheduledTask._meta.db_table not in connections[using].introspection.table_names():
+        return  # migrated backwards
+    zone = timezone.get_default_timezone()
+    valid = [d for d in registry if d.error is None]
+    sync_tasks(
+        [(d.name, d.trigger(zone)) for d in valid],
+        now=timezone.now(),
+        using=using,
+        complete=not registry.errors(),
+    )

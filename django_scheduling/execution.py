@@ -34,13 +34,19 @@ from .registry import TaskDefinition
 from .scheduler import Entry, Timer
 from .triggers import Trigger, TriggerState
 
-__all__ = ["TaskSpec", "TaskRunner", "KEEP_ALIVE_MINIMUM"]
+__all__ = ["TaskSpec", "TaskRunner", "KEEP_ALIVE_MINIMUM", "current_fire_time"]
 
 logger = logging.getLogger(__name__)
 
 #: A lock is extended when half of ``lock_at_most_for`` has passed, but not more often than this.
 KEEP_ALIVE_MINIMUM = timedelta(milliseconds=200)
 _MAX_BACKOFF = 60.0
+_context = threading.local()
+
+
+def current_fire_time() -> datetime | None:
+    """Return the fire time the running task serves (``None`` in a manual run or outside)."""
+    return getattr(_context, "fire_time", None)
 
 
 def utcnow() -> datetime:
@@ -258,6 +264,7 @@ class TaskRunner:
         _send(signals.run_started, spec.name, **common)
         logger.info("Running %s (scheduled for %s)", spec.name, _when(fire_time))
         begun = time.perf_counter()
+        _context.fire_time = fire_time
         try:
             if definition.is_async:
                 asyncio.run(definition.func())
@@ -279,6 +286,7 @@ class TaskRunner:
             self._finish(spec, run_id, RunStatus.SUCCEEDED, started)
             _send(signals.run_succeeded, spec.name, duration=duration, **common)
         finally:
+            _context.fire_time = None
             close_old_connections()
 
     def _finish(

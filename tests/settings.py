@@ -72,5 +72,20 @@ else:
     }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-SCHEDULING = {"AUTOSTART": False}
+SCHEDULING = {
+    # Only the tests that start server processes turn autostart on, through the environment.
+    "AUTOSTART": env.bool("SCHEDULING_AUTOSTART", default=False),
+    "SHUTDOWN_TIMEOUT": env("SCHEDULING_SHUTDOWN_TIMEOUT", default="30s"),
+}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "django_scheduling": {
+            "handlers": ["console"],
+            "level": env("SCHEDULING_LOG_LEVEL", default="WARNING"),
+        }
+    },
+}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -77,7 +77,9 @@ class Command(BaseCommand):
             self._print_tasks(service)
             self.stdout.write("Scheduler running; press Ctrl-C (or send SIGTERM) to stop.")
             self.stdout.flush()
-            while not stop.wait(3600):
+            # Python runs signal handlers in the main thread only, and only when it wakes: a
+            # signal the kernel hands to a worker thread would wait out one long sleep.
+            while not stop.wait(0.25):
                 pass
         finally:
             still_running = service.stop(timeout=options["shutdown_timeout"])

@@ -1,0 +1,140 @@
+"""Start real ``manage.py`` / server processes against the test database, and watch them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def database_url() -> str:
+    """Return a DATABASE_URL that points at the database the tests use right now."""
+    settings = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{settings['NAME']}"
+    return (
+        f"mysql://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST']}:"
+        f"{settings['PORT']}/{settings['NAME']}"
+    )
+
+
+def process_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTEST_CURRENT_TEST", None)
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DATABASE_URL=database_url(),
+        PYTHONUNBUFFERED="1",
+        TESTAPP_TASKS="1",
+    )
+    env.update(extra)
+    return env
+
+
+class Process:
+    """A child process whose merged output is collected line by line in the background."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.args = args
+        self.popen = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def output(self) -> str:
+        with self._changed:
+            return "\n".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+        """Wait until a line containing *text* appears; return it, or fail with the output."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for line in self.lines:
+                    if text in line:
+                        return line
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (
+                    self.popen.poll() is not None and not self._reader.is_alive()
+                ):
+                    raise AssertionError(
+                        f"{text!r} did not appear in the output of {' '.join(self.args)}:\n"
+                        + "\n".join(self.lines[-60:])
+                    )
+                self._changed.wait(min(remaining, 0.5))
+
+    def count(self, text: str) -> int:
+        with self._changed:
+            return sum(text in line for line in self.lines)
+
+    def signal(self, signum: int) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signum)
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM the process and return its exit status."""
+        self.signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 60.0) -> int:
+        try:
+            code = self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{' '.join(self.args)} did not exit:\n{self.output}") from None
+        self._reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group."""
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.popen.wait(10)
+
+
+def manage(*args: str, env: dict[str, str] | None = None) -> Process:
+    return Process([sys.executable, "manage.py", *args], env or process_env())
+
+
+def poll(predicate, timeout: float = 60.0, interval: float = 0.1, message: str = ""):
+    """Call *predicate* until it returns a true value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(message or "condition not met before the deadline")
+        time.sleep(interval)
+
+
+__all__ = ["Process", "database_url", "manage", "poll", "process_env"]

@@ -1,0 +1,215 @@
+"""Several real ``runscheduler`` processes on one database: each firing runs exactly once.
+
+The tasks (tests/testapp/tasks.py) write a row per call with the fire time they serve, so the
+checks below look at what the tasks saw, not at the scheduler's own bookkeeping. On MariaDB two
+of the three instances run with their clocks skewed by libfaketime.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test import TransactionTestCase
+
+from django_scheduling.models import RunStatus, TaskLock, TaskRun
+
+from .processes import ROOT, Process, manage, poll, process_env
+from .testapp.models import Execution
+
+pytestmark = pytest.mark.processes
+
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
+SECOND = timedelta(seconds=1)
+EVERY_SECOND = ["every_second_cron", "every_second_rate", "every_second_delay"]
+
+
+def skewed(offset: str) -> dict[str, str]:
+    """Environment that shifts a process's wall clock by *offset* seconds ("+1.5", "-1")."""
+    if not FAKETIME.exists():
+        raise AssertionError(f"{FAKETIME} is missing: apt-get install faketime")
+    return {
+        "LD_PRELOAD": str(FAKETIME),
+        "FAKETIME": offset,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_NO_CACHE": "1",
+    }
+
+
+def fire_times(task: str) -> list[datetime]:
+    return list(
+        Execution.objects.filter(task=task)
+        .order_by("fire_time")
+        .values_list("fire_time", flat=True)
+    )
+
+
+class MultiInstanceTests(TransactionTestCase):
+    def start(self, count: int, *args: str, skews: tuple[str | None, ...] = (), **env: str):
+        processes = []
+        for index in range(count):
+            extra = dict(env, SCHEDULING_LOG_LEVEL="INFO")
+            skew = skews[index] if index < len(skews) else None
+            if skew:
+                extra.update(skewed(skew))
+            process = manage("runscheduler", *args, env=process_env(**extra))
+            self.addCleanup(process.kill)
+            processes.append(process)
+        for process in processes:
+            process.wait_for("Scheduler running")
+        return processes
+
+    def assert_exactly_once(self, task: str, times: list[datetime]) -> None:
+        duplicates = [t for t, n in Counter(times).items() if n > 1]
+        self.assertEqual(duplicates, [], f"{task} ran these fire times more than once")
+        self.assertIsNone(Execution.objects.filter(task=task, fire_time__isnull=True).first())
+
+    def assert_on_grid_without_gaps(self, task: str, times: list[datetime]) -> None:
+        steps = [later - earlier for earlier, later in itertools.pairwise(times)]
+        self.assertEqual(set(steps), {SECOND}, f"{task} missed or added fire times: {times}")
+
+    def test_each_firing_runs_on_exactly_one_instance(self):
+        skews = ("+1.5", "-1") if connection.vendor == "mysql" else ()
+        processes = self.start(
+            3, *[f"--task={name}" for name in EVERY_SECOND], skews=(None, *skews)
+        )
+        poll(
+            lambda: all(Execution.objects.filter(task=t).count() >= 20 for t in EVERY_SECOND),
+            timeout=90,
+            message="the tasks did not run 20 times each",
+        )
+        for process in processes:
+            self.assertEqual(process.stop(), 0, process.output)
+        for task in ("every_second_cron", "every_second_rate"):
+            times = fire_times(task)
+            self.assert_exactly_once(task, times)
+            self.assert_on_grid_without_gaps(task, times)
+        delay = list(Execution.objects.filter(task="every_second_delay").order_by("fire_time"))
+        self.assert_exactly_once("every_second_delay", [e.fire_time for e in delay])
+        for previous, following in itertools.pairwise(delay):
+            # Each run is due one second after the previous one finished, on whichever
+            # instance it ran: never sooner, and not a firing later.
+            gap = following.fire_time - previous.finished
+            self.assertGreaterEqual(gap, SECOND, (previous.fire_time, following.fire_time))
+            self.assertLess(gap, SECOND * 1.5, (previous.fire_time, following.fire_time))
+        # The history agrees with what the tasks saw.
+        for task in EVERY_SECOND:
+            runs = TaskRun.objects.filter(task_name=task)
+            self.assertEqual(runs.count(), Execution.objects.filter(task=task).count())
+            self.assertFalse(runs.exclude(status=RunStatus.SUCCEEDED).exists())
+
+    def test_a_killed_lock_holder_blocks_the_task_only_until_lock_at_most_for(self):
+        # "slow" runs 30 s with lock_at_most_for=3s, kept alive while its process lives.
+        processes = self.start(2, "--task=slow", TESTAPP_SLOW_SECONDS="30")
+        first = poll(lambda: Execution.objects.filter(task="slow").first(), timeout=30)
+        holder = next(p for p in processes if p.popen.pid == first.pid)
+        survivor = next(p for p in processes if p is not holder)
+        # Outlive lock_at_most_for once, to see the keep-alive at work before the kill.
+        poll(
+            lambda: datetime.now(UTC) - first.started > timedelta(seconds=4),
+            timeout=10,
+            interval=0.2,
+        )
+        self.assertEqual(Execution.objects.filter(task="slow").count(), 1)
+        holder.kill()
+        killed_at = datetime.now(UTC)
+        lock_until = TaskLock.objects.get(name="slow").lock_until
+        second = poll(
+            lambda: Execution.objects.filter(task="slow").exclude(pk=first.pk).first(),
+            timeout=20,
+            message="no other instance took the task over after the kill",
+        )
+        self.assertEqual(second.pid, survivor.popen.pid)
+        self.assertGreaterEqual(second.started, lock_until - timedelta(milliseconds=50))
+        self.assertLess(second.started - killed_at, timedelta(seconds=3 + 3))
+        self.assertEqual(survivor.stop(), 0, survivor.output)
+
+
+@pytest.mark.skipif("os.environ.get('DATABASE_URL', '').startswith('sqlite')")
+class DatabaseOutageTests(TransactionTestCase):
+    """Stop and restart a private MariaDB server under two running schedulers."""
+
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="scheduling-outage-"))
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.server_env = dict(
+            os.environ, MARIADB_TEST_DIR=str(self.dir), MARIADB_TEST_PORT=str(self.port)
+        )
+        self.server("start")
+        self.addCleanup(self.server, "stop")
+        url = f"mysql://scheduling:scheduling@127.0.0.1:{self.port}/scheduling"
+        self.env = process_env(DATABASE_URL=url, SCHEDULING_LOG_LEVEL="INFO")
+        migrate = Process([*manage_command(), "migrate", "-v0"], self.env)
+        self.assertEqual(migrate.wait(120), 0, migrate.output)
+
+    def server(self, action: str) -> None:
+        subprocess.run(
+            [str(ROOT / "scripts" / "mariadb-test-server"), action],
+            env=self.server_env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+
+    def executions(self) -> list[tuple[str, datetime, int]]:
+        import MySQLdb
+
+        db = MySQLdb.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user="scheduling",
+            passwd="scheduling",
+            db="scheduling",
+        )
+        try:
+            cursor = db.cursor()
+            cursor.execute("SELECT task, fire_time, pid FROM testapp_execution ORDER BY fire_time")
+            return list(cursor.fetchall())
+        finally:
+            db.close()
+
+    def test_schedulers_survive_an_outage_and_resume_without_double_runs(self):
+        processes = []
+        for _ in range(2):
+            process = Process(
+                [*manage_command(), "runscheduler", "--task=every_second_rate"], self.env
+            )
+            self.addCleanup(process.kill)
+            processes.append(process)
+        for process in processes:
+            process.wait_for("Scheduler running")
+        poll(lambda: len(self.executions()) >= 3, timeout=30)
+        self.server("stop")
+        for process in processes:
+            process.wait_for("the database is unavailable", timeout=30)
+        for process in processes:
+            self.assertIsNone(process.popen.poll(), "a scheduler died with the database")
+        self.server("start")
+        restarted = datetime.now(UTC).replace(tzinfo=None)
+        poll(
+            lambda: sum(fire > restarted for _, fire, _ in self.executions()) >= 3,
+            timeout=90,
+            message="the schedulers did not resume after the database came back",
+        )
+        for process in processes:
+            self.assertEqual(process.stop(), 0, process.output)
+        times = [fire for _, fire, _ in self.executions()]
+        self.assertEqual([t for t, n in Counter(times).items() if n > 1], [])
+
+
+def manage_command() -> list[str]:
+    import sys
+
+    return [sys.executable, "manage.py"]
