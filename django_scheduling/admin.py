@@ -1,0 +1,300 @@
+"""Admin pages: the task overview (upcoming, running, overdue), the run history and the locks.
+
+Every page is read-only: the scheduler keeps the rows in step with the code. The only writes are
+pausing, resuming and asking for a run now (see ``admin_views.TaskControlMixin``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils import dateformat, timezone
+from django.utils.html import format_html
+from django.utils.text import Truncator
+from django.utils.translation import gettext_lazy as _
+
+from .admin_views import (
+    STATE_LABELS,
+    TaskControlMixin,
+    badge,
+    format_moment,
+    format_run_duration,
+    format_time,
+)
+from .conf import get_settings
+from .models import ScheduledTask, TaskLock, TaskRun
+from .monitoring import TaskState, annotate_state
+
+#: How many runs the page of a task lists.
+RECENT_RUNS = 20
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """An admin that shows rows of the scheduling database and never adds, edits or deletes."""
+
+    class Media:
+        css = {"all": ["django_scheduling/admin.css"]}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).using(get_settings().database)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def time_column(field: str, description: str) -> Any:
+    """Return a list/detail column showing the time *field* to the second, in the project zone."""
+
+    @admin.display(description=description, ordering=field)
+    def column(self: admin.ModelAdmin, obj: Any) -> str:
+        return format_time(getattr(obj, field))
+
+    return column
+
+
+#: Overdue first: those rows need someone's attention. ``state_order`` is an annotation, which
+#: ``ModelAdmin.ordering`` cannot name, hence ``get_ordering()`` and ``TaskChangeList``.
+TASK_ORDERING = ["state_order", "next_fire_time", "name"]
+
+
+class TaskChangeList(ChangeList):
+    def _get_default_ordering(self) -> list[str]:
+        # Mark the columns of the real default order in the headers, not the model's.
+        return TASK_ORDERING
+
+
+class StateFilter(admin.SimpleListFilter):
+    title = _("state")
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list:
+        return [(state.value, STATE_LABELS[state]) for state in TaskState]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(state=self.value()) if self.value() else queryset
+
+
+@admin.register(ScheduledTask)
+class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
+    list_display = ["name", "trigger", "state_badge", "next_fire", "last_run_summary", "lock"]
+    list_filter = [StateFilter]
+    search_fields = ["name"]
+    actions = ["pause_tasks", "resume_tasks", "run_tasks"]
+    readonly_fields = ["state_badge", "next_fire", "last_run_summary", "lock"]
+    fieldsets = [
+        (None, {"fields": [("name", "state_badge"), ("kind", "trigger")]}),
+        (
+            _("Schedule"),
+            {
+                "fields": [
+                    ("next_fire", "last_fire_time"),
+                    ("last_run_summary", "lock"),
+                    ("paused", "run_requested_at"),
+                ]
+            },
+        ),
+        (
+            _("Details"),
+            {
+                "fields": [("last_finished_at", "anchor"), ("removed_at", "updated_at")],
+                "classes": ["collapse"],
+            },
+        ),
+    ]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ScheduledTask]:
+        conf, now = get_settings(), timezone.now()
+        held = TaskLock.objects.filter(name=OuterRef("name"), lock_until__gt=now)
+        # Annotate before ordering: the default order sorts on the state.
+        tasks = self.model._default_manager.using(conf.database)
+        return (
+            annotate_state(tasks, now=now, overdue_after=conf.overdue_after)
+            .select_related("last_run")
+            .annotate(
+                lock_holder=Subquery(held.values("locked_by")[:1]),
+                lock_held_until=Subquery(held.values("lock_until")[:1]),
+            )
+            .order_by(*self.get_ordering(request))
+        )
+
+    def get_ordering(self, request: HttpRequest) -> list[str]:
+        return TASK_ORDERING
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return TaskChangeList
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        runs = TaskRun.objects.using(get_settings().database).filter(task_name=unquote(object_id))
+        context = {
+            "recent_runs": runs.order_by("-started_at", "-id")[:RECENT_RUNS],
+            "can_pause": self.has_pause_permission(request),
+            "can_run": self.has_run_permission(request),
+            **(extra_context or {}),
+        }
+        return super().change_view(request, object_id, form_url, context)
+
+    @admin.display(description=_("state"), ordering="state_order")
+    def state_badge(self, task: ScheduledTask) -> str:
+        return badge(task.state, STATE_LABELS[TaskState(task.state)])
+
+    @admin.display(description=_("next fire time"), ordering="next_fire_time")
+    def next_fire(self, task: ScheduledTask) -> str:
+        return format_moment(task.next_fire_time, now=timezone.now())
+
+    @admin.display(description=_("last run"))
+    def last_run_summary(self, task: ScheduledTask) -> str:
+        run = task.last_run
+        if run is None:
+            return "-"
+        return format_html(
+            '<a href="{}">{}</a> {}',
+            reverse(
+                "admin:django_scheduling_taskrun_change",
+                args=[run.pk],
+                current_app=self.admin_site.name,
+            ),
+            badge(run.status, run.get_status_display()),
+            format_run_duration(run.duration) if run.duration is not None else "",
+        )
+
+    @admin.display(description=_("lock held by"))
+    def lock(self, task: ScheduledTask) -> str:
+        if task.lock_holder is None:
+            return "-"
+        until = dateformat.format(timezone.localtime(task.lock_held_until), "H:i:s T")
+        return format_html(
+            '{}<br><span class="ds-relative">{}</span>',
+            task.lock_holder,
+            _("until %(time)s") % {"time": until},
+        )
+
+
+class TaskNameFilter(admin.SimpleListFilter):
+    title = _("task")
+    parameter_name = "task"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list:
+        names = (
+            TaskRun.objects.using(get_settings().database)
+            .order_by("task_name")
+            .values_list("task_name", flat=True)
+            .distinct()
+        )
+        return [(name, name) for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(task_name=self.value()) if self.value() else queryset
+
+
+@admin.register(TaskRun)
+class TaskRunAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "task",
+        "status_badge",
+        "scheduled",
+        "started",
+        "duration_text",
+        "instance",
+        "error",
+    ]
+    list_filter = [TaskNameFilter, "status", "started_at"]
+    show_full_result_count = False  # the history can be long; spare a COUNT(*) per page
+    fields = [
+        "task",
+        "status_badge",
+        "scheduled",
+        "started",
+        "finished",
+        "duration_text",
+        "instance",
+        "error_type",
+        "error_message",
+        "traceback_text",
+    ]
+    readonly_fields = [
+        "task",
+        "status_badge",
+        "scheduled",
+        "started",
+        "finished",
+        "duration_text",
+        "traceback_text",
+    ]
+    scheduled = time_column("scheduled_at", _("scheduled for"))
+    started = time_column("started_at", _("started at"))
+    finished = time_column("finished_at", _("finished at"))
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[TaskRun]:
+        task = ScheduledTask.objects.filter(name=OuterRef("task_name"))
+        return super().get_queryset(request).annotate(task_exists=Exists(task))
+
+    @admin.display(description=_("task"), ordering="task_name")
+    def task(self, run: TaskRun) -> str:
+        if not run.task_exists:
+            return run.task_name
+        url = reverse(
+            "admin:django_scheduling_scheduledtask_change",
+            args=[quote(run.task_name)],
+            current_app=self.admin_site.name,
+        )
+        return format_html('<a href="{}">{}</a>', url, run.task_name)
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_badge(self, run: TaskRun) -> str:
+        return badge(run.status, run.get_status_display())
+
+    @admin.display(description=_("duration"), ordering="duration")
+    def duration_text(self, run: TaskRun) -> str:
+        return format_run_duration(run.duration)
+
+    @admin.display(description=_("error"))
+    def error(self, run: TaskRun) -> str:
+        if not (run.error_type or run.error_message):
+            return ""
+        message = Truncator(run.error_message).chars(120)
+        if run.error_type:
+            return format_html(
+                '<span class="ds-error"><b>{}</b>: {}</span>', run.error_type, message
+            )
+        return format_html('<span class="ds-error">{}</span>', message)
+
+    @admin.display(description=_("traceback"))
+    def traceback_text(self, run: TaskRun) -> str:
+        if not run.traceback:
+            return "-"
+        return format_html('<pre class="ds-traceback">{}</pre>', run.traceback)
+
+
+@admin.register(TaskLock)
+class TaskLockAdmin(ReadOnlyAdmin):
+    list_display = ["name", "locked_by", "locked", "until", "held"]
+    fields = ["name", "locked_by", "locked", "until", "held"]
+    readonly_fields = ["locked", "until", "held"]
+    search_fields = ["name", "locked_by"]
+    locked = time_column("locked_at", _("locked at"))
+    until = time_column("lock_until", _("locked until"))
+
+    @admin.display(description=_("held"))
+    def held(self, lock: TaskLock) -> str:
+        if lock.lock_until > timezone.now():
+            return badge("held", _("held"))
+        return badge("expired", _("expired"))

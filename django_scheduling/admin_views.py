@@ -1,0 +1,254 @@
+"""Pieces of the admin pages: badges, times, and the pause / resume / run-now controls.
+
+The admin never runs a task itself. Pausing sets ``paused``, which every scheduler reads at the
+task's next firing; "run now" sets ``run_requested_at``, which the schedulers poll for and run
+through the normal path (lock, history).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.auth import get_permission_codename
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils import dateformat, timezone
+from django.utils.decorators import method_decorator
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.timesince import timesince, timeuntil
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
+from django.views.decorators.http import require_POST
+
+from .conf import get_settings
+from .durations import format_duration
+from .models import ScheduledTask
+from .monitoring import TaskState, overdue_tasks
+
+__all__ = [
+    "STATE_LABELS",
+    "TaskControlMixin",
+    "badge",
+    "format_moment",
+    "format_time",
+    "format_run_duration",
+    "overdue_count",
+]
+
+STATE_LABELS = {
+    TaskState.OVERDUE: gettext_lazy("overdue"),
+    TaskState.RUNNING: gettext_lazy("running"),
+    TaskState.PAUSED: gettext_lazy("paused"),
+    TaskState.UPCOMING: gettext_lazy("upcoming"),
+    TaskState.REMOVED: gettext_lazy("removed"),
+    TaskState.DONE: gettext_lazy("done"),
+}
+
+
+def badge(kind: str, label: object) -> SafeString:
+    """Return a coloured label; *kind* is a task state, a run status or "held"/"expired"."""
+    return format_html('<span class="ds-badge ds-badge--{}">{}</span>', kind, label)
+
+
+def format_time(moment: datetime | None) -> str:
+    """Return *moment* in the project's time zone, to the second and with the zone's name."""
+    if moment is None:
+        return "-"
+    return dateformat.format(timezone.localtime(moment), "Y-m-d H:i:s T")
+
+
+def format_moment(moment: datetime | None, *, now: datetime) -> str:
+    """Return *moment* as ``format_time`` does, followed by "in 3 minutes" or "5 minutes ago"."""
+    if moment is None:
+        return "-"
+    return format_html(
+        '{}<br><span class="ds-relative">{}</span>', format_time(moment), _relative(moment, now)
+    )
+
+
+def _relative(moment: datetime, now: datetime) -> str:
+    seconds = round(abs((moment - now).total_seconds()))
+    if seconds < 60:  # timesince() would say "0 minutes"
+        delta = ngettext("%d second", "%d seconds", seconds) % seconds
+    else:
+        delta = timeuntil(moment, now) if moment > now else timesince(moment, now)
+    if moment > now:
+        return _("in %(delta)s") % {"delta": delta}
+    return _("%(delta)s ago") % {"delta": delta}
+
+
+def format_run_duration(delta: timedelta | None) -> str:
+    """Return a run's duration: "0.25s" under a minute, "1h3m20s" above."""
+    if delta is None:
+        return "-"
+    if delta < timedelta(minutes=1):
+        return f"{delta.total_seconds():.2f}s"
+    return format_duration(timedelta(seconds=round(delta.total_seconds())))
+
+
+def overdue_count() -> int:
+    """Return how many tasks are overdue now."""
+    conf = get_settings()
+    return overdue_tasks(
+        now=timezone.now(), overdue_after=conf.overdue_after, using=conf.database
+    ).count()
+
+
+class TaskControlMixin:
+    """Pause, resume and "run now" for ``ScheduledTaskAdmin``.
+
+    Each control is an admin action on the change list and a POST-only view behind a button on
+    the task's page. Pause and resume need ``pause_scheduledtask``, run now ``run_scheduledtask``.
+    """
+
+    def has_pause_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return self._has_custom_permission(request, "pause")
+
+    def has_run_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return self._has_custom_permission(request, "run")
+
+    def _has_custom_permission(self, request: HttpRequest, action: str) -> bool:
+        codename = get_permission_codename(action, self.opts)
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+
+    # -- changelist actions --------------------------------------------------------------------
+
+    @admin.action(description=gettext_lazy("Pause selected tasks"), permissions=["pause"])
+    def pause_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
+        count = self._set_paused(request, _names(queryset), paused=True)
+        self.message_user(
+            request,
+            ngettext("Paused %d task.", "Paused %d tasks.", count) % count,
+            messages.SUCCESS,
+        )
+
+    @admin.action(description=gettext_lazy("Resume selected tasks"), permissions=["pause"])
+    def resume_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
+        count = self._set_paused(request, _names(queryset), paused=False)
+        self.message_user(
+            request,
+            ngettext("Resumed %d task.", "Resumed %d tasks.", count) % count,
+            messages.SUCCESS,
+        )
+
+    @admin.action(description=gettext_lazy("Run selected tasks now"), permissions=["run"])
+    def run_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
+        count = self._request_run(request, _names(queryset))
+        self.message_user(
+            request,
+            ngettext(
+                "Requested a run of %d task; a running scheduler starts it within seconds.",
+                "Requested a run of %d tasks; a running scheduler starts them within seconds.",
+                count,
+            )
+            % count,
+            messages.SUCCESS,
+        )
+
+    # -- the buttons on a task's page ----------------------------------------------------------
+
+    def get_urls(self) -> list:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        wrap = self.admin_site.admin_view
+        return [
+            path("<path:object_id>/pause/", wrap(self.pause_view), name=f"{prefix}_pause"),
+            path("<path:object_id>/resume/", wrap(self.resume_view), name=f"{prefix}_resume"),
+            path("<path:object_id>/run/", wrap(self.run_view), name=f"{prefix}_run"),
+            *super().get_urls(),
+        ]
+
+    @method_decorator(require_POST)
+    def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
+        return self._control(request, object_id, self.has_pause_permission, self._pause)
+
+    @method_decorator(require_POST)
+    def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
+        return self._control(request, object_id, self.has_pause_permission, self._resume)
+
+    @method_decorator(require_POST)
+    def run_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
+        return self._control(request, object_id, self.has_run_permission, self._run)
+
+    def _control(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        allowed: Callable[[HttpRequest], bool],
+        apply: Callable[[HttpRequest, ScheduledTask], tuple[int, str]],
+    ) -> HttpResponseRedirect:
+        # Permission before lookup, so that users without it learn nothing about which tasks exist.
+        if not allowed(request):
+            raise PermissionDenied
+        manager = ScheduledTask.objects.using(get_settings().database)
+        task = get_object_or_404(manager, pk=unquote(object_id))
+        level, message = apply(request, task)
+        self.message_user(request, message, level)
+        change_url = reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
+            args=[quote(task.pk)],
+            current_app=self.admin_site.name,
+        )
+        return HttpResponseRedirect(change_url)
+
+    def _pause(self, request: HttpRequest, task: ScheduledTask) -> tuple[int, str]:
+        if not self._set_paused(request, [task.pk], paused=True):
+            return messages.INFO, _("%(name)s was already paused.") % {"name": task.pk}
+        return messages.SUCCESS, _(
+            "Paused %(name)s: schedulers skip its firings until it is resumed."
+        ) % {"name": task.pk}
+
+    def _resume(self, request: HttpRequest, task: ScheduledTask) -> tuple[int, str]:
+        if not self._set_paused(request, [task.pk], paused=False):
+            return messages.INFO, _("%(name)s was not paused.") % {"name": task.pk}
+        return messages.SUCCESS, _("Resumed %(name)s.") % {"name": task.pk}
+
+    def _run(self, request: HttpRequest, task: ScheduledTask) -> tuple[int, str]:
+        if task.removed_at is not None:
+            return messages.WARNING, _(
+                "%(name)s is no longer declared by any running scheduler, so it cannot run."
+            ) % {"name": task.pk}
+        if not self._request_run(request, [task.pk]):
+            return messages.INFO, _("A run of %(name)s is already requested.") % {"name": task.pk}
+        return messages.SUCCESS, _(
+            "Requested a run of %(name)s now; a running scheduler starts it within seconds."
+        ) % {"name": task.pk}
+
+    # -- the writes, shared by actions and views -----------------------------------------------
+
+    def _set_paused(self, request: HttpRequest, names: Iterable[str], *, paused: bool) -> int:
+        """Pause or resume the tasks *names*; log and return how many changed."""
+        manager = ScheduledTask.objects.using(get_settings().database)
+        to_change = manager.filter(pk__in=list(names), paused=not paused)
+        tasks = list(to_change)
+        changed = to_change.update(paused=paused)
+        for task in tasks:
+            self.log_change(request, task, _("Paused.") if paused else _("Resumed."))
+        return changed
+
+    def _request_run(self, request: HttpRequest, names: Iterable[str]) -> int:
+        """Ask the schedulers to run the tasks *names* now; log and return how many were asked.
+
+        Removed tasks and tasks with a request still pending are left alone.
+        """
+        manager = ScheduledTask.objects.using(get_settings().database)
+        to_request = manager.filter(
+            pk__in=list(names), run_requested_at__isnull=True, removed_at__isnull=True
+        )
+        tasks = list(to_request)
+        changed = to_request.update(run_requested_at=timezone.now())
+        for task in tasks:
+            self.log_change(request, task, _("Requested a run now."))
+        return changed
+
+
+def _names(queryset: QuerySet[ScheduledTask]) -> list[str]:
+    # Plain names: the change list's queryset carries annotations and joins that an UPDATE
+    # should not repeat (MySQL refuses to update a table it also selects from).
+    return list(queryset.values_list("pk", flat=True))

@@ -1,0 +1,94 @@
+"""``manage.py scheduling_status``: list the overdue tasks; exit with status 1 if there are any.
+
+Made for health checks and monitoring: status 0 means every task fired on time (or is paused,
+removed or done), status 1 that at least one task is late, status 2 a wrong option.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from ...conf import get_settings
+from ...durations import format_duration, parse_duration
+from ...models import ScheduledTask
+from ...monitoring import overdue_tasks
+
+
+class Command(BaseCommand):
+    help = (
+        "List the overdue scheduled tasks and exit with status 1 if there are any, 0 otherwise. "
+        "A task is overdue when its next fire time is more than SCHEDULING['OVERDUE_AFTER'] "
+        "in the past and no run has started for it."
+    )
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--overdue-after",
+            metavar="DURATION",
+            help='How late a task may be before it counts as overdue, e.g. "5m" or "PT10M" '
+            "(default: SCHEDULING['OVERDUE_AFTER']).",
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="Print the result as one JSON object."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        conf = get_settings()
+        overdue_after = conf.overdue_after
+        if options["overdue_after"] is not None:
+            try:
+                overdue_after = parse_duration(
+                    options["overdue_after"], name="--overdue-after", allow_zero=False
+                )
+            except ValueError as exc:
+                raise CommandError(str(exc), returncode=2) from None
+        now = timezone.now()
+        tasks = list(overdue_tasks(now=now, overdue_after=overdue_after, using=conf.database))
+        if options["json"]:
+            self.stdout.write(json.dumps(_as_json(tasks, now=now, overdue_after=overdue_after)))
+        elif tasks:
+            for task in tasks:
+                self.stdout.write(
+                    f"{task.name}  due {_local(task.next_fire_time)}  "
+                    f"late by {_late(task, now=now)}  ({task.trigger})"
+                )
+        else:
+            self.stdout.write("No overdue tasks.")
+        if tasks:
+            limit = format_duration(overdue_after)
+            raise CommandError(
+                f"{len(tasks)} overdue task(s) (late by more than {limit})", returncode=1
+            )
+
+
+def _as_json(
+    tasks: list[ScheduledTask], *, now: datetime, overdue_after: timedelta
+) -> dict[str, Any]:
+    return {
+        "ok": not tasks,
+        "checked_at": now.isoformat(),
+        "overdue_after_seconds": overdue_after.total_seconds(),
+        "overdue": [
+            {
+                "name": task.name,
+                "trigger": task.trigger,
+                "next_fire_time": task.next_fire_time.isoformat(),
+                "late_seconds": round((now - task.next_fire_time).total_seconds(), 3),
+            }
+            for task in tasks
+        ],
+    }
+
+
+def _local(moment: datetime) -> str:
+    return timezone.localtime(moment).isoformat(timespec="seconds")
+
+
+def _late(task: ScheduledTask, *, now: datetime) -> str:
+    return format_duration(timedelta(seconds=round((now - task.next_fire_time).total_seconds())))

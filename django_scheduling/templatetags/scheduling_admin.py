@@ -1,0 +1,23 @@
+"""Template tags of the admin pages: ``{% load scheduling_admin %}``."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django import template
+
+from ..admin_views import format_run_duration, overdue_count
+
+register = template.Library()
+
+
+@register.simple_tag
+def scheduling_overdue_count() -> int:
+    """Return how many scheduled tasks are overdue now."""
+    return overdue_count()
+
+
+@register.filter
+def run_duration(value: timedelta | None) -> str:
+    """Return a run's duration as "0.25s" or "1h3m20s"."""
+    return format_run_duration(value)
