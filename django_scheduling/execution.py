@@ -245,6 +245,7 @@ class TaskRunner:
         definition = spec.definition
         started = self.clock()
         run_id = self._record_start(spec, fire_time, started)
+        planned: datetime | None = None
         if claim:
             assert fire_time is not None
             planned = spec.trigger.next_fire_time(
@@ -273,21 +274,21 @@ class TaskRunner:
         except Exception as exc:
             duration = timedelta(seconds=time.perf_counter() - begun)
             logger.exception("Task %s failed after %s", spec.name, duration)
+            _drop_broken_connections()
             error = (
                 f"{type(exc).__module__}.{type(exc).__qualname__}",
                 str(exc),
                 traceback.format_exc(),
             )
-            self._finish(spec, run_id, RunStatus.FAILED, started, error=error)
+            self._finish(spec, run_id, RunStatus.FAILED, started, planned, error=error)
             _send(signals.run_failed, spec.name, exception=exc, duration=duration, **common)
         else:
             duration = timedelta(seconds=time.perf_counter() - begun)
             logger.info("Task %s succeeded in %s", spec.name, duration)
-            self._finish(spec, run_id, RunStatus.SUCCEEDED, started)
+            self._finish(spec, run_id, RunStatus.SUCCEEDED, started, planned)
             _send(signals.run_succeeded, spec.name, duration=duration, **common)
         finally:
             _context.fire_time = None
-            close_old_connections()
 
     def _finish(
         self,
@@ -295,20 +296,28 @@ class TaskRunner:
         run_id: int | None,
         status: RunStatus,
         started: datetime,
+        planned: datetime | None,
         *,
         error: tuple[str, str, str] = ("", "", ""),
     ) -> None:
+        """Record the end of a run; the task row only when the claim did not say it all."""
         finished = self._record_end(run_id, status, started, error=error)
         spec.state = replace(spec.state, last_finished=finished)
         with self._runs_lock:
             self._running_runs.pop(spec.name, None)
-        state.record_finish(
-            spec.name,
-            using=self.using,
-            finished_at=finished if spec.lock_config is not None else None,
-            next_fire_time=self._next(spec),
-            run_id=run_id,
-        )
+        next_time = self._next(spec)
+        claimed = planned is not None
+        # A claim already stored the run and the planned next fire time; only a fixed-delay
+        # task (whose next start depends on this finish), a run that overran its next fire
+        # time, or a run without a claim (manual, unlocked) needs another write.
+        if spec.trigger.kind == "fixed_delay" or not claimed or next_time != planned:
+            state.record_finish(
+                spec.name,
+                using=self.using,
+                finished_at=finished if spec.lock_config is not None else None,
+                next_fire_time=next_time,
+                run_id=None if claimed else run_id,
+            )
 
     # -- history -------------------------------------------------------------------------------
 
@@ -444,6 +453,19 @@ class TaskRunner:
             TaskRun.objects.using(self.using).filter(
                 pk__in=run_ids, status=RunStatus.RUNNING
             ).update(status=RunStatus.INTERRUPTED, finished_at=self.clock())
+
+
+def _drop_broken_connections() -> None:
+    """Close the connections a failed task left unusable, so its run can still be recorded.
+
+    Unlike ``close_old_connections()``, this keeps healthy connections open in the middle of a
+    firing; the full hygiene runs at the start and the end of every firing.
+    """
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and conn.errors_occurred and not conn.is_usable():
+            conn.close()
 
 
 def _send(signal: Any, sender: str, **kwargs: Any) -> None:
