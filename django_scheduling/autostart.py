@@ -23,7 +23,8 @@ __all__ = ["maybe_autostart", "serving_mode", "running_service"]
 
 logger = logging.getLogger(__name__)
 
-_SERVERS = ("gunicorn", "uwsgi", "daphne", "uvicorn", "hypercorn", "waitress-serve")
+# Prefixes of the program's name: "waitress" covers waitress-serve and python -m waitress.
+_SERVERS = ("gunicorn", "uwsgi", "daphne", "uvicorn", "hypercorn", "waitress")
 _lock = threading.Lock()
 _service = None
 _service_pid: int | None = None
@@ -34,7 +35,7 @@ def serving_mode(argv: list[str] | None = None, environ: dict[str, str] | None =
     forked worker) or ``"no"``."""
     argv = sys.argv if argv is None else argv
     environ = os.environ if environ is None else environ
-    program = os.path.basename(argv[0]) if argv else ""
+    program = _program(argv)
     if "pytest" in sys.modules or program in ("pytest", "py.test"):
         return "no"
     command = _management_command(argv)
@@ -47,7 +48,7 @@ def serving_mode(argv: list[str] | None = None, environ: dict[str, str] | None =
         return "no"
     if "uwsgi" in sys.modules or _importable_uwsgi():
         return _uwsgi_mode()
-    if program in _SERVERS or any(program.startswith(s) for s in _SERVERS):
+    if _is_server(program):
         if program.startswith("gunicorn") and _loading_in_gunicorn_master():
             return "after_fork"
         return "now"
@@ -56,8 +57,25 @@ def serving_mode(argv: list[str] | None = None, environ: dict[str, str] | None =
     return "no"
 
 
+def _program(argv: list[str]) -> str:
+    """Return the program's name; for ``python -m package``, the package's."""
+    if not argv:
+        return ""
+    name = os.path.basename(argv[0])
+    if name == "__main__.py":
+        # ``python -m gunicorn`` sets argv[0] to the path of gunicorn/__main__.py.
+        return os.path.basename(os.path.dirname(argv[0])) or name
+    return name
+
+
+def _is_server(program: str) -> bool:
+    return any(program.startswith(server) for server in _SERVERS)
+
+
 def _management_command(argv: list[str]) -> str | None:
     program = os.path.basename(argv[0]) if argv else ""
+    if program == "__main__.py" and _is_server(_program(argv)):
+        return None  # python -m gunicorn, unlike python -m django, is no management command
     if program in ("manage.py", "django-admin", "django-admin.py", "__main__.py") or (
         program.endswith(".py") and len(argv) > 1 and not argv[1].startswith("-")
     ):

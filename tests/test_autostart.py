@@ -1,0 +1,237 @@
+"""Autostart starts the scheduler in the processes that serve the project, and only there.
+
+``serving_mode()`` returns ``"no"`` whenever pytest is imported, so its other branches are
+checked in a fresh interpreter, and the real servers (``runserver``, gunicorn with and without
+``--preload``) and other management commands are started as subprocesses against the test
+database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import gunicorn
+import pytest
+from django.test import SimpleTestCase, TransactionTestCase
+
+from django_scheduling.autostart import serving_mode
+
+from .processes import ROOT, Process, poll, process_env
+from .testapp.models import Execution
+
+AUTOSTARTED = "Scheduler autostarted in process"
+AUTOSTARTED_PID = re.compile(r"Scheduler autostarted in process (\d+)")
+BOOTED_PID = re.compile(r"Booting worker with pid: (\d+)")
+SERVER_READY = "Quit the server with"
+
+RUNSERVER = ["manage.py", "runserver", "127.0.0.1:8000"]
+GUNICORN_ARGS = ["--workers", "2", "example_project.wsgi:application"]
+SITE_PACKAGES = "/venv/lib/python3.11/site-packages"
+
+# (argv, environ, expected), evaluated in an interpreter without pytest.
+SERVING_MODE_CASES = [
+    (RUNSERVER, {}, "no"),  # the autoreloader's parent only watches files
+    (RUNSERVER, {"RUN_MAIN": "true"}, "now"),  # the autoreloader's serving child
+    (["manage.py", "runserver", "--noreload"], {}, "now"),
+    (["django-admin", "runserver"], {"RUN_MAIN": "true"}, "now"),
+    ([f"{SITE_PACKAGES}/django/__main__.py", "runserver", "--noreload"], {}, "now"),
+    (["manage.py", "migrate"], {}, "no"),
+    (["manage.py", "migrate"], {"RUN_MAIN": "true"}, "no"),
+    (["manage.py", "makemigrations"], {}, "no"),
+    (["manage.py", "shell"], {}, "no"),
+    (["manage.py", "check"], {}, "no"),
+    (["manage.py", "test"], {}, "no"),
+    (["manage.py", "collectstatic", "--noinput"], {}, "no"),
+    (["manage.py", "runscheduler"], {}, "no"),
+    (["django-admin", "migrate"], {}, "no"),
+    (["manage.py"], {}, "no"),
+    (["/venv/bin/gunicorn", *GUNICORN_ARGS], {}, "now"),
+    ([f"{SITE_PACKAGES}/gunicorn/__main__.py", *GUNICORN_ARGS], {}, "now"),  # python -m
+    (["/venv/bin/uvicorn", "example_project.asgi:application"], {}, "now"),
+    ([f"{SITE_PACKAGES}/uvicorn/__main__.py", "example_project.asgi:application"], {}, "now"),
+    (["daphne", "example_project.asgi:application"], {}, "now"),
+    (["/venv/bin/waitress-serve", "example_project.wsgi:application"], {}, "now"),
+    ([f"{SITE_PACKAGES}/waitress/__main__.py", "example_project.wsgi:application"], {}, "now"),
+    (["/venv/bin/pytest"], {}, "no"),
+    ([f"{SITE_PACKAGES}/pytest/__main__.py", "-q"], {}, "no"),
+    (["worker.py"], {}, "no"),  # a script that calls django.setup()
+    (["-c"], {}, "no"),
+    ([], {}, "no"),
+]
+
+EVALUATE = """
+import json, sys
+from django_scheduling.autostart import serving_mode
+assert "pytest" not in sys.modules
+cases = json.load(sys.stdin)
+json.dump([serving_mode(argv, environ) for argv, environ, _ in cases], sys.stdout)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def autostarted_pids(proc: Process) -> list[int]:
+    return [int(match[1]) for match in AUTOSTARTED_PID.finditer(proc.output)]
+
+
+def alive(pid: int) -> bool:
+    """Return whether *pid* runs; a zombie waiting for its parent does not."""
+    if not os.path.isdir("/proc"):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class ServingModeTests(SimpleTestCase):
+    def test_never_serves_under_pytest(self):
+        for argv, environ, _ in SERVING_MODE_CASES:
+            with self.subTest(argv=argv, environ=environ):
+                self.assertEqual(serving_mode(argv, environ), "no")
+
+    @pytest.mark.processes
+    def test_modes_outside_pytest(self):
+        env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+        completed = subprocess.run(
+            [sys.executable, "-c", EVALUATE],
+            input=json.dumps(SERVING_MODE_CASES),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        self.assertEqual(completed.returncode, 0, completed.stderr)
+        modes = json.loads(completed.stdout)
+        for (argv, environ, expected), mode in zip(SERVING_MODE_CASES, modes, strict=True):
+            with self.subTest(argv=argv, environ=environ):
+                self.assertEqual(mode, expected)
+
+
+class AutostartProcessTests(TransactionTestCase):
+    """Real processes with ``SCHEDULING['AUTOSTART']`` on, against the test database."""
+
+    pytestmark = pytest.mark.processes
+
+    def start(self, args: list[str], autostart: str = "1") -> Process:
+        env = process_env(
+            SCHEDULING_AUTOSTART=autostart,
+            SCHEDULING_LOG_LEVEL="INFO",
+            # The slow tasks return at once, so that a graceful stop need not wait for them.
+            TESTAPP_SLOW_SECONDS="0",
+        )
+        proc = Process(args, env)
+        self.addCleanup(proc.kill)
+        return proc
+
+    def manage(self, *args: str, autostart: str = "1") -> Process:
+        return self.start([sys.executable, "manage.py", *args], autostart)
+
+    def gunicorn(self, *options: str) -> Process:
+        if gunicorn.version_info >= (25, 1):
+            # Each instance would otherwise listen on the same ~/.gunicorn/gunicorn.ctl.
+            options = ("--no-control-socket", *options)
+        return self.start(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                *options,
+                "--workers",
+                "2",
+                "--bind",
+                f"127.0.0.1:{free_port()}",
+                "example_project.wsgi:application",
+            ]
+        )
+
+    def assert_tasks_run_in(self, pids: list[int]) -> None:
+        poll(
+            lambda: Execution.objects.filter(pid__in=pids).exists(),
+            timeout=30,
+            message=f"no task ran in processes {pids}",
+        )
+
+    def assert_stopped(self, pid: int) -> None:
+        poll(lambda: not alive(pid), timeout=30, message=f"process {pid} is still running")
+
+    def test_runserver_starts_it_in_the_serving_child_only(self):
+        proc = self.manage("runserver", f"127.0.0.1:{free_port()}")
+        proc.wait_for(AUTOSTARTED)
+        proc.wait_for(SERVER_READY)
+        # The parent ran ready() before it started the child, so its line would come first.
+        [child] = autostarted_pids(proc)
+        self.assertNotEqual(child, proc.popen.pid)
+        self.assert_tasks_run_in([child])
+        self.assertEqual(proc.count(AUTOSTARTED), 1, proc.output)
+        # SIGTERM to the parent, as a supervisor sends it, stops the child too.
+        self.assertEqual(proc.stop(30), 0, proc.output)
+        self.assert_stopped(child)
+
+    def test_runserver_noreload_starts_it_in_its_process(self):
+        proc = self.manage("runserver", "--noreload", f"127.0.0.1:{free_port()}")
+        proc.wait_for(SERVER_READY)
+        self.assertEqual(autostarted_pids(proc), [proc.popen.pid], proc.output)
+        self.assert_tasks_run_in([proc.popen.pid])
+        proc.stop(30)
+
+    def test_runserver_without_autostart(self):
+        proc = self.manage("runserver", "--noreload", f"127.0.0.1:{free_port()}", autostart="0")
+        proc.wait_for(SERVER_READY)
+        self.assertEqual(proc.count(AUTOSTARTED), 0, proc.output)
+        proc.stop(30)
+
+    def check_gunicorn(self, *options: str) -> None:
+        proc = self.gunicorn(*options)
+        try:
+            poll(lambda: proc.count(AUTOSTARTED) >= 2, timeout=30)
+        except AssertionError:
+            self.fail(f"two workers did not autostart:\n{proc.output}")
+        workers = autostarted_pids(proc)
+        self.assertEqual(len(set(workers)), 2, proc.output)
+        self.assertNotIn(proc.popen.pid, workers)
+        booted = {int(match[1]) for match in BOOTED_PID.finditer(proc.output)}
+        self.assertEqual(set(workers), booted, proc.output)
+        self.assert_tasks_run_in(workers)
+
+        self.assertEqual(proc.stop(60), 0, proc.output)
+        self.assertEqual(proc.count(AUTOSTARTED), 2, proc.output)
+        self.assertEqual(proc.count("Scheduler stopped"), 2, proc.output)
+        for pid in workers:
+            self.assert_stopped(pid)
+
+    def test_gunicorn_starts_it_in_each_worker(self):
+        self.check_gunicorn()
+
+    def test_gunicorn_preload_starts_it_in_each_worker_after_the_fork(self):
+        self.check_gunicorn("--preload")
+
+    def test_other_commands_never_start_it(self):
+        commands = [
+            ["migrate"],
+            ["check"],
+            ["showmigrations", "django_scheduling"],
+            ["shell", "--command", "print('shell ran')"],
+        ]
+        # Concurrently, to save start-up time.
+        started = [(command, self.manage(*command)) for command in commands]
+        for command, proc in started:
+            with self.subTest(command=command[0]):
+                self.assertEqual(proc.wait(60), 0, proc.output)
+                self.assertEqual(proc.count(AUTOSTARTED), 0, proc.output)
