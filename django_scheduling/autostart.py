@@ -131,7 +131,14 @@ def _start_after_fork() -> None:
 
         uwsgi.post_fork_hook = hook
         return
-    os.register_at_fork(after_in_child=start_service)
+    master = os.getpid()
+
+    def in_worker() -> None:
+        # Only the master's own children are workers; a fork inside a worker is not.
+        if os.getppid() == master:
+            start_service()
+
+    os.register_at_fork(after_in_child=in_worker)
 
 
 def start_service() -> None:
@@ -143,7 +150,7 @@ def start_service() -> None:
         if _service is not None and _service_pid == os.getpid():
             return
         service = SchedulerService()
-        service.start()
+        service.start_in_background()
         _service, _service_pid = service, os.getpid()
     atexit.register(service.stop)
     logger.info("Scheduler autostarted in process %s", os.getpid())

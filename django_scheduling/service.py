@@ -53,10 +53,11 @@ class SchedulerService:
         self.runner: TaskRunner | None = None
         self.specs: list[TaskSpec] = []
         self._stopped = threading.Event()
+        self._start_lock = threading.Lock()
         self._last_housekeeping = 0.0
 
-    def start(self) -> None:
-        """Check the tasks and the database, sync the task rows and start firing."""
+    def check(self) -> None:
+        """Raise ``ImproperlyConfigured`` for mistakes in the tasks or settings; no I/O."""
         errors = registry.errors()
         if errors:
             raise ImproperlyConfigured(
@@ -69,6 +70,16 @@ class SchedulerService:
                 f"django_scheduling supports MySQL/MariaDB and SQLite, not {vendor}; "
                 "set SCHEDULING['DATABASE'] to an alias of a supported database"
             )
+
+    def start(self) -> None:
+        """Check the tasks, sync their rows and start firing."""
+        with self._start_lock:
+            if self._stopped.is_set():
+                return
+            self._start()
+
+    def _start(self) -> None:
+        self.check()
         conf = self.conf
         core = conf.core_pool_size if self.core_pool_size is None else self.core_pool_size
         most = conf.max_pool_size if self.max_pool_size is None else self.max_pool_size
@@ -96,11 +107,43 @@ class SchedulerService:
         assert self.scheduler is not None
         return {entry.name: entry.next_fire_time for entry in self.scheduler.entries()}
 
+    def start_in_background(self) -> threading.Thread:
+        """Start on a thread of its own, retrying while the database cannot be reached.
+
+        ``AppConfig.ready()`` must not touch the database, and a web process should come up
+        even when the database is not there yet: the scheduler then starts when it is.
+        """
+        self.check()
+
+        def run() -> None:
+            delay = 1.0
+            while not self._stopped.is_set():
+                try:
+                    self.start()
+                    return
+                except (DatabaseError, LockError) as exc:
+                    logger.error(
+                        "Cannot start the scheduler: the database is unavailable (%s); "
+                        "trying again in %ss",
+                        exc,
+                        delay,
+                    )
+                    close_old_connections()
+                    self._stopped.wait(delay)
+                    delay = min(delay * 2, 60.0)
+
+        thread = threading.Thread(target=run, name="scheduling-start", daemon=True)
+        thread.start()
+        return thread
+
     def stop(self, timeout: float | None = None) -> list[str]:
         """Stop firing, wait for running tasks and return the names still running."""
-        if self.scheduler is None or self._stopped.is_set():
+        if self._stopped.is_set():
             return []
         self._stopped.set()
+        with self._start_lock:  # let a start under way finish first
+            if self.scheduler is None:
+                return []
         wait = self.conf.shutdown_timeout.total_seconds() if timeout is None else timeout
         still_running = self.scheduler.shutdown(timeout=wait)
         if still_running:
