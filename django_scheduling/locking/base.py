@@ -1,0 +1,150 @@
+"""What every lock provider shares: the configuration, the handle, the protocol and the errors.
+
+A provider's ``lock(config)`` returns a ``Lock`` handle, or ``None`` when the lock is held
+elsewhere: losing the race is a normal outcome. Failures of the storage raise ``LockError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+from ..conf import NAME_LENGTH
+from ..durations import DurationLike, format_duration, parse_duration
+
+__all__ = ["InvalidLockHandle", "Lock", "LockConfiguration", "LockError", "LockProvider"]
+
+
+class LockError(Exception):
+    """The lock storage failed (database down, table missing, value too long...)."""
+
+
+class InvalidLockHandle(RuntimeError):
+    """A lock handle was used after it was unlocked or extended."""
+
+
+@dataclass(frozen=True)
+class LockConfiguration:
+    """What to lock and for how long.
+
+    ``lock_at_most_for`` bounds how long the lock is held if its holder dies without unlocking;
+    ``lock_at_least_for`` keeps it held after an early unlock, which absorbs clock differences
+    between instances. Both accept anything ``parse_duration`` reads.
+    """
+
+    name: str
+    lock_at_most_for: timedelta
+    lock_at_least_for: timedelta = timedelta(0)
+
+    def __init__(
+        self, name: str, lock_at_most_for: DurationLike, lock_at_least_for: DurationLike = 0
+    ) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "lock_at_most_for", lock_at_most_for)
+        object.__setattr__(self, "lock_at_least_for", lock_at_least_for)
+        self.__post_init__()
+
+    def __post_init__(self) -> None:
+        name = self.name
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"A lock name must be a non-empty string, got {name!r}")
+        if name != name.strip():
+            # MySQL's PAD SPACE collations would treat 'x' and 'x ' as the same lock.
+            raise ValueError(f"The lock name {name!r} starts or ends with whitespace; remove it")
+        if len(name) > NAME_LENGTH:
+            raise ValueError(
+                f"The lock name {name[:40]!r}... is {len(name)} characters long; "
+                f"the limit is {NAME_LENGTH}"
+            )
+        most = parse_duration(self.lock_at_most_for, name=f"lock_at_most_for of {name!r}")
+        least = parse_duration(self.lock_at_least_for, name=f"lock_at_least_for of {name!r}")
+        if least > most:
+            raise ValueError(
+                f"lock_at_least_for ({format_duration(least)}) exceeds lock_at_most_for "
+                f"({format_duration(most)}) for {name!r}"
+            )
+        object.__setattr__(self, "lock_at_most_for", most)
+        object.__setattr__(self, "lock_at_least_for", least)
+
+
+class Lock:
+    """A held lock: a single-use handle, spent by ``unlock()`` or ``extend()``.
+
+    ``locked_at`` is when the lock was acquired and ``lock_until`` when it expires, both aware
+    UTC and by the clock of the provider (the database server's on MySQL). Providers subclass
+    this and implement ``_unlock()`` and ``_extend()``.
+    """
+
+    def __init__(
+        self,
+        config: LockConfiguration,
+        *,
+        locked_at: datetime,
+        lock_until: datetime,
+        least_until: datetime | None = None,
+    ) -> None:
+        self.config = config
+        self.locked_at = locked_at
+        self.lock_until = lock_until
+        # lock_at_least_for counts from the acquisition, or from the extend that made this handle.
+        self._least_until = least_until or locked_at + config.lock_at_least_for
+        self._valid = True
+
+    def __repr__(self) -> str:
+        state = "valid" if self._valid else "spent"
+        return f"<{type(self).__name__} {self.config.name!r} until {self.lock_until} ({state})>"
+
+    @property
+    def valid(self) -> bool:
+        """Return whether ``unlock()`` and ``extend()`` may still be called (not whether the
+        lock has expired)."""
+        return self._valid
+
+    def _check_valid(self) -> None:
+        if not self._valid:
+            raise InvalidLockHandle(
+                f"lock {self.config.name!r} is no longer valid: it was already unlocked or extended"
+            )
+
+    def unlock(self) -> None:
+        """Release the lock, but not before ``lock_at_least_for`` has passed.
+
+        Raise ``InvalidLockHandle`` if this handle was already spent, ``LockError`` (leaving the
+        handle usable) if the storage fails.
+        """
+        self._check_valid()
+        self._unlock()
+        self._valid = False
+
+    def extend(
+        self, lock_at_most_for: DurationLike, lock_at_least_for: DurationLike = 0
+    ) -> Lock | None:
+        """Hold the lock for *lock_at_most_for* from now and return a new handle.
+
+        Return ``None`` if the lock is no longer held by this handle (for example it expired);
+        the expiry is then left as it was. This handle is spent either way.
+        """
+        self._check_valid()
+        config = LockConfiguration(self.config.name, lock_at_most_for, lock_at_least_for)
+        extended = self._extend(config)
+        self._valid = False
+        return extended
+
+    def _unlock(self) -> None:
+        raise NotImplementedError
+
+    def _extend(self, config: LockConfiguration) -> Lock | None:
+        raise NotImplementedError
+
+
+@runtime_checkable
+class LockProvider(Protocol):
+    """Something that can take a named lock shared by every instance that uses it."""
+
+    def lock(self, config: LockConfiguration) -> Lock | None:
+        """Return a held ``Lock``, or ``None`` if the lock is held elsewhere.
+
+        Raise ``LockError`` if the storage fails.
+        """
+        ...

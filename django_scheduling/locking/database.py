@@ -1,0 +1,316 @@
+"""Locks in the ``TaskLock`` table, shared by every instance that uses the same database.
+
+The only code that writes the table. As in ShedLock: an INSERT for a new name, a conditional
+UPDATE that takes a lock whose ``lock_until`` has passed, and UPDATEs that unlock or extend; the
+row count decides and rows are never deleted. "Now" is the server's ``UTC_TIMESTAMP(6)`` on
+MySQL/MariaDB, so instances with skewed clocks agree, and this process's clock on SQLite.
+
+Each statement commits on its own, never in the caller's transaction: on the thread's connection
+when it is in autocommit, else on a private connection of the thread. A lock taken inside
+``atomic()`` is thus seen at once and survives a rollback. SQLite has one writer: with
+``transaction_mode`` IMMEDIATE or EXCLUSIVE, locking inside ``atomic()`` raises ``LockError`` at
+once; in DEFERRED mode it waits (up to the ``timeout`` option) if that transaction has written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+    connections,
+)
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from ..conf import get_settings
+from ..models import TaskLock
+from .base import Lock, LockConfiguration, LockError
+
+__all__ = ["SUPPORTED_VENDORS", "DatabaseLockProvider"]
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_VENDORS = ("mysql", "sqlite")
+_OWNER_LENGTH = 255
+_KNOWN_NAMES_LIMIT = 1000
+_MYSQL_DISCONNECTED = {1927, 2006, 2013, 2055, 4031}  # killed, gone away, lost, idle timeout
+_MYSQL_CONFLICT = {1020, 1213}  # "record has changed", deadlock: a concurrent locker won
+_STRICT_MODES = {"STRICT_TRANS_TABLES", "STRICT_ALL_TABLES"}
+
+
+def _code(exc: DatabaseError) -> Any:
+    return exc.args[0] if exc.args else None
+
+
+def _is_disconnect(exc: DatabaseError) -> bool:
+    if isinstance(exc, InterfaceError):
+        return True
+    if isinstance(exc, OperationalError) and _code(exc) in _MYSQL_DISCONNECTED:
+        return True
+    return isinstance(exc, ProgrammingError) and "closed database" in str(exc)  # sqlite3
+
+
+class _Sql:
+    """The statements for one connection; "now" is SQL on MySQL and a parameter on SQLite."""
+
+    def __init__(self, conn: BaseDatabaseWrapper) -> None:
+        q, meta = conn.ops.quote_name, TaskLock._meta
+        self.conn, self.table = conn, q(meta.db_table)
+        self.name, self.until, self.at, self.by = (
+            q(meta.get_field(f).column) for f in ("name", "lock_until", "locked_at", "locked_by")
+        )
+        self.db_time = conn.vendor == "mysql"
+        self.client_now = datetime.now(UTC)
+
+    def value(self, moment: datetime) -> Any:
+        moment = moment if settings.USE_TZ else moment.astimezone(UTC).replace(tzinfo=None)
+        return self.conn.ops.adapt_datetimefield_value(moment)
+
+    def now(self, plus: timedelta | None = None) -> tuple[str, list[Any]]:
+        if not self.db_time:
+            return "%s", [self.value(self.client_now + (plus or timedelta(0)))]
+        if plus is None:
+            return "UTC_TIMESTAMP(6)", []
+        micros = plus // timedelta(microseconds=1)
+        return "TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))", [micros]
+
+    def later_of_now_and(self, moment: datetime) -> tuple[str, list[Any]]:
+        if self.db_time:
+            return "GREATEST(UTC_TIMESTAMP(6), CAST(%s AS DATETIME(6)))", [self.value(moment)]
+        return "%s", [self.value(max(self.client_now, moment))]
+
+
+class DatabaseLockProvider:
+    """Take locks in the ``TaskLock`` table of the database *using*.
+
+    *using* defaults to ``SCHEDULING['DATABASE']`` and *owner*, stored as ``locked_by``, to
+    ``SCHEDULING['INSTANCE_NAME']`` (``host:pid``); both are read when a lock is taken, so
+    creating a provider runs no query and a forked child uses its own pid.
+    """
+
+    def __init__(self, using: str | None = None, owner: str | None = None) -> None:
+        if owner is not None and not (0 < len(owner) <= _OWNER_LENGTH):
+            raise ValueError(f"owner must have 1 to {_OWNER_LENGTH} characters, got {owner!r}")
+        self._using, self._owner = using, owner
+        self._known: set[str] = set()  # names whose row exists: lock() skips the INSERT
+        self._local = threading.local()  # this thread's private connections, by alias
+
+    def __repr__(self) -> str:
+        return f"<DatabaseLockProvider using={self._using!r} owner={self._owner!r}>"
+
+    @property
+    def using(self) -> str:
+        return self._using or get_settings().database
+
+    @property
+    def owner(self) -> str:
+        return self._owner or get_settings().instance_name
+
+    def clear_cache(self) -> None:
+        """Forget which lock rows are known to exist."""
+        self._known.clear()
+
+    def close(self) -> None:
+        """Close the private connections this thread opened for locks inside transactions."""
+        for conn in self._local.__dict__.pop("connections", {}).values():
+            conn.close()
+
+    def lock(self, config: LockConfiguration) -> Lock | None:
+        """Return a held lock for *config*, or ``None`` if it is held elsewhere."""
+        owner = self.owner
+        try:
+            sql = _Sql(self._connection(config.name, owner))
+            if not self._acquire(sql, config, owner):
+                logger.debug("Lock %r is held elsewhere", config.name)
+                return None
+            locked_at, lock_until = self._read_times(sql, config, owner)
+        except DatabaseError as exc:
+            if _code(exc) in _MYSQL_CONFLICT:
+                logger.warning("Lock %r lost a race with a concurrent locker: %s", config.name, exc)
+                return None
+            raise self._error("take", config.name, exc) from exc
+        logger.debug("Acquired lock %r until %s as %s", config.name, lock_until, owner)
+        return _DatabaseLock(self, owner, config, locked_at=locked_at, lock_until=lock_until)
+
+    def _acquire(self, sql: _Sql, config: LockConfiguration, owner: str) -> bool:
+        if config.name in self._known:
+            # A row count of 0 means held, or the row was deleted (admin, test flush): the
+            # INSERT tells which, so a deleted row never blocks the lock for good.
+            return self._update(sql, config, owner) or self._insert(sql, config, owner)
+        return self._insert(sql, config, owner) or self._update(sql, config, owner)
+
+    def _insert(self, sql: _Sql, config: LockConfiguration, owner: str) -> bool:
+        until, until_params = sql.now(config.lock_at_most_for)
+        now, now_params = sql.now()
+        statement = (
+            f"INSERT INTO {sql.table} ({sql.name}, {sql.until}, {sql.at}, {sql.by}) "
+            f"VALUES (%s, {until}, {now}, %s)"
+        )
+        params = [config.name, *until_params, *now_params, owner]
+        try:
+            inserted = self._execute(sql, statement, params)
+        except IntegrityError:
+            inserted = 0  # the row exists
+        self._remember(config.name)
+        return inserted == 1
+
+    def _update(self, sql: _Sql, config: LockConfiguration, owner: str) -> bool:
+        until, until_params = sql.now(config.lock_at_most_for)
+        now, now_params = sql.now()
+        statement = (
+            f"UPDATE {sql.table} SET {sql.until} = {until}, {sql.at} = {now}, {sql.by} = %s "
+            f"WHERE {sql.name} = %s AND {sql.until} <= {now}"
+        )
+        params = [*until_params, *now_params, owner, config.name, *now_params]
+        try:
+            return self._execute(sql, statement, params) == 1
+        except DatabaseError:
+            self._known.discard(config.name)
+            raise
+
+    def _remember(self, name: str) -> None:
+        if len(self._known) >= _KNOWN_NAMES_LIMIT:
+            self._known.clear()
+        self._known.add(name)
+
+    def _read_times(
+        self, sql: _Sql, config: LockConfiguration, owner: str, locked_at: datetime | None = None
+    ) -> tuple[datetime, datetime]:
+        """Return the stored (locked_at, lock_until) of a lock this provider just wrote."""
+        if not sql.db_time:
+            return locked_at or sql.client_now, sql.client_now + config.lock_at_most_for
+        statement = f"SELECT {sql.at}, {sql.until} FROM {sql.table} WHERE {sql.name} = %s "
+        statement += f"AND {sql.by} = %s" + (f" AND {sql.at} = %s" if locked_at else "")
+        params = [config.name, owner, *([sql.value(locked_at)] if locked_at else [])]
+        row = self._execute(sql, statement, params, fetch=True)
+        if row is None:  # already taken over (lock_at_most_for ~ 0): the handle cannot act
+            now = datetime.now(UTC)
+            return locked_at or now, now + config.lock_at_most_for
+        return row[0].replace(tzinfo=UTC), row[1].replace(tzinfo=UTC)
+
+    def _unlock(self, lock: _DatabaseLock) -> None:
+        name = lock.config.name
+        try:
+            sql = _Sql(self._connection(name, lock.owner))
+            value, params = sql.later_of_now_and(lock._least_until)
+            statement = (
+                f"UPDATE {sql.table} SET {sql.until} = {value} "
+                f"WHERE {sql.name} = %s AND {sql.by} = %s AND {sql.at} = %s"
+            )
+            self._execute(sql, statement, [*params, name, lock.owner, sql.value(lock.locked_at)])
+        except DatabaseError as exc:
+            raise self._error("release", name, exc) from exc
+        logger.debug("Unlocked %r", name)
+
+    def _extend(self, lock: _DatabaseLock, config: LockConfiguration) -> Lock | None:
+        try:
+            sql = _Sql(self._connection(config.name, lock.owner))
+            until, until_params = sql.now(config.lock_at_most_for)
+            now, now_params = sql.now()
+            statement = (
+                f"UPDATE {sql.table} SET {sql.until} = {until} WHERE {sql.name} = %s "
+                f"AND {sql.by} = %s AND {sql.at} = %s AND {sql.until} > {now}"
+            )
+            locked_at = sql.value(lock.locked_at)
+            params = [*until_params, config.name, lock.owner, locked_at, *now_params]
+            if self._execute(sql, statement, params) != 1:
+                logger.debug("Could not extend lock %r: no longer held", config.name)
+                return None
+            _, lock_until = self._read_times(sql, config, lock.owner, lock.locked_at)
+        except DatabaseError as exc:
+            raise self._error("extend", config.name, exc) from exc
+        least_until = lock_until - config.lock_at_most_for + config.lock_at_least_for
+        times = {"locked_at": lock.locked_at, "lock_until": lock_until, "least_until": least_until}
+        return _DatabaseLock(self, lock.owner, config, **times)
+
+    def _connection(self, name: str, owner: str) -> BaseDatabaseWrapper:
+        """Return a usable connection whose statements commit at once, outside the caller's
+        transaction."""
+        alias = self.using
+        conn = connections[alias]
+        if conn.vendor not in SUPPORTED_VENDORS:
+            raise ImproperlyConfigured(
+                f"DatabaseLockProvider supports {' and '.join(SUPPORTED_VENDORS)}; the database "
+                f"{alias!r} is {conn.vendor}. Set SCHEDULING['DATABASE'] to a supported one."
+            )
+        max_name = TaskLock._meta.get_field("name").max_length
+        if len(owner) > _OWNER_LENGTH or (len(name) > max_name and not _strict(conn)):
+            raise LockError(
+                f"Lock name {name[:40]!r}... ({len(name)} characters) or owner {owner!r} "
+                f"is too long for the table; the limits are {max_name} and {_OWNER_LENGTH}"
+            )
+        if conn.in_atomic_block or (conn.connection is not None and not conn.get_autocommit()):
+            if (
+                conn.vendor == "sqlite"
+                and getattr(conn, "transaction_mode", None) in ("IMMEDIATE", "EXCLUSIVE")
+                and conn.connection is not None
+                and conn.connection.in_transaction
+            ):
+                raise LockError(
+                    f"Cannot lock {name!r} inside a transaction on SQLite database {alias!r}: "
+                    f"its {conn.transaction_mode} transaction holds the write lock the lock needs"
+                )
+            private = self._local.__dict__.setdefault("connections", {})
+            if alias not in private:
+                private[alias] = connections.create_connection(alias)
+            conn = private[alias]
+        # Close a connection that is broken, not one that CONN_MAX_AGE calls old: connection
+        # age is the caller's request-boundary business (the scheduler cleans up around each
+        # firing), and reconnecting before every lock statement would double its cost. A
+        # server that dropped an idle connection is handled by the retry in _execute.
+        if conn.connection is not None and conn.errors_occurred and not conn.is_usable():
+            try:
+                conn.close()
+            except DatabaseError:
+                pass  # closing a broken connection failed; it is dropped all the same
+        return conn
+
+    def _execute(self, sql: _Sql, statement: str, params: list[Any], *, fetch: bool = False) -> Any:
+        """Run one statement and return its row count (or first row), reconnecting once if the
+        connection was lost."""
+        for attempt in (1, 2):
+            try:
+                with sql.conn.cursor() as cursor:
+                    cursor.execute(statement, params)
+                    return cursor.fetchone() if fetch else cursor.rowcount
+            except DatabaseError as exc:
+                if attempt == 2 or not _is_disconnect(exc):
+                    raise
+                logger.warning("Lost the connection to %r (%s); reconnecting", sql.conn.alias, exc)
+                try:
+                    sql.conn.close()
+                except DatabaseError:
+                    pass
+        raise AssertionError("unreachable")
+
+    def _error(self, action: str, name: str, exc: Exception) -> LockError:
+        logger.warning("Could not %s lock %r on database %r: %s", action, name, self.using, exc)
+        return LockError(f"Could not {action} lock {name!r} on database {self.using!r}: {exc}")
+
+
+def _strict(conn: BaseDatabaseWrapper) -> bool:
+    """Return whether the database refuses a value longer than its column."""
+    return conn.vendor == "mysql" and bool(conn.sql_mode & _STRICT_MODES)
+
+
+class _DatabaseLock(Lock):
+    def __init__(
+        self, provider: DatabaseLockProvider, owner: str, config: LockConfiguration, **times: Any
+    ) -> None:
+        super().__init__(config, **times)
+        self._provider, self.owner = provider, owner
+
+    def _unlock(self) -> None:
+        self._provider._unlock(self)
+
+    def _extend(self, config: LockConfiguration) -> Lock | None:
+        return self._provider._extend(self, config)
