@@ -90,9 +90,10 @@ def task_state(task: ScheduledTask, *, now: datetime, overdue_after: timedelta) 
 def overdue_tasks(
     *, now: datetime, overdue_after: timedelta, using: str
 ) -> QuerySet[ScheduledTask]:
-    """Return the overdue tasks, the most overdue first."""
+    """Return the overdue tasks, the most overdue first (the rule of ``annotate_state``)."""
+    tasks = ScheduledTask.objects.using(using).select_related("last_run")
     return (
-        ScheduledTask.objects.using(using)
-        .filter(_overdue_q(now, overdue_after))
+        annotate_state(tasks, now=now, overdue_after=overdue_after)
+        .filter(state=TaskState.OVERDUE.value)
         .order_by("next_fire_time", "name")
     )

@@ -5,71 +5,162 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='TaskLock',
+            name="TaskLock",
             fields=[
-                ('name', models.CharField(max_length=200, primary_key=True, serialize=False, verbose_name='name')),
-                ('lock_until', models.DateTimeField(verbose_name='locked until')),
-                ('locked_at', models.DateTimeField(verbose_name='locked at')),
-                ('locked_by', models.CharField(max_length=255, verbose_name='locked by')),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=200, primary_key=True, serialize=False, verbose_name="name"
+                    ),
+                ),
+                ("lock_until", models.DateTimeField(verbose_name="locked until")),
+                ("locked_at", models.DateTimeField(verbose_name="locked at")),
+                ("locked_by", models.CharField(max_length=255, verbose_name="locked by")),
             ],
             options={
-                'verbose_name': 'task lock',
-                'verbose_name_plural': 'task locks',
-                'ordering': ['name'],
+                "verbose_name": "task lock",
+                "verbose_name_plural": "task locks",
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='TaskRun',
+            name="TaskRun",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('task_name', models.CharField(max_length=200, verbose_name='task')),
-                ('scheduled_at', models.DateTimeField(blank=True, help_text='The fire time this run served; empty for a manual run.', null=True, verbose_name='scheduled for')),
-                ('started_at', models.DateTimeField(verbose_name='started at')),
-                ('finished_at', models.DateTimeField(blank=True, null=True, verbose_name='finished at')),
-                ('duration', models.DurationField(blank=True, null=True, verbose_name='duration')),
-                ('status', models.CharField(choices=[('running', 'running'), ('succeeded', 'succeeded'), ('failed', 'failed'), ('interrupted', 'interrupted by shutdown'), ('rejected', 'rejected by the pool'), ('lost', 'lost (ended without a finish)')], max_length=20, verbose_name='status')),
-                ('instance', models.CharField(max_length=255, verbose_name='instance')),
-                ('error_type', models.CharField(blank=True, max_length=255, verbose_name='error type')),
-                ('error_message', models.TextField(blank=True, verbose_name='error message')),
-                ('traceback', models.TextField(blank=True, verbose_name='traceback')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("task_name", models.CharField(max_length=200, verbose_name="task")),
+                (
+                    "scheduled_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="The fire time this run served; empty for a manual run.",
+                        null=True,
+                        verbose_name="scheduled for",
+                    ),
+                ),
+                ("started_at", models.DateTimeField(verbose_name="started at")),
+                (
+                    "finished_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="finished at"),
+                ),
+                ("duration", models.DurationField(blank=True, null=True, verbose_name="duration")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("running", "running"),
+                            ("succeeded", "succeeded"),
+                            ("failed", "failed"),
+                            ("interrupted", "interrupted by shutdown"),
+                            ("rejected", "rejected by the pool"),
+                            ("lost", "lost (ended without a finish)"),
+                        ],
+                        max_length=20,
+                        verbose_name="status",
+                    ),
+                ),
+                ("instance", models.CharField(max_length=255, verbose_name="instance")),
+                (
+                    "error_type",
+                    models.CharField(blank=True, max_length=255, verbose_name="error type"),
+                ),
+                ("error_message", models.TextField(blank=True, verbose_name="error message")),
+                ("traceback", models.TextField(blank=True, verbose_name="traceback")),
             ],
             options={
-                'verbose_name': 'task run',
-                'verbose_name_plural': 'task runs',
-                'ordering': ['-started_at', '-id'],
-                'get_latest_by': 'started_at',
-                'indexes': [models.Index(fields=['task_name', '-started_at'], name='ds_run_task_started'), models.Index(fields=['status', '-started_at'], name='ds_run_status_started'), models.Index(fields=['started_at'], name='ds_run_started')],
+                "verbose_name": "task run",
+                "verbose_name_plural": "task runs",
+                "ordering": ["-started_at", "-id"],
+                "get_latest_by": "started_at",
+                "indexes": [
+                    models.Index(fields=["task_name", "-started_at"], name="ds_run_task_started"),
+                    models.Index(fields=["status", "-started_at"], name="ds_run_status_started"),
+                    models.Index(fields=["started_at"], name="ds_run_started"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ScheduledTask',
+            name="ScheduledTask",
             fields=[
-                ('name', models.CharField(max_length=200, primary_key=True, serialize=False, verbose_name='name')),
-                ('kind', models.CharField(choices=[('cron', 'cron'), ('fixed_rate', 'fixed rate'), ('fixed_delay', 'fixed delay'), ('one_shot', 'one shot')], max_length=20, verbose_name='kind')),
-                ('trigger', models.CharField(max_length=255, verbose_name='trigger')),
-                ('next_fire_time', models.DateTimeField(blank=True, null=True, verbose_name='next fire time')),
-                ('anchor', models.DateTimeField(blank=True, null=True, verbose_name='fixed-rate anchor')),
-                ('last_fire_time', models.DateTimeField(blank=True, null=True, verbose_name='last fire time claimed')),
-                ('last_finished_at', models.DateTimeField(blank=True, null=True, verbose_name='last finished at')),
-                ('paused', models.BooleanField(default=False, verbose_name='paused')),
-                ('run_requested_at', models.DateTimeField(blank=True, null=True, verbose_name='run requested at')),
-                ('removed_at', models.DateTimeField(blank=True, help_text='Set when no running scheduler declares this task any more.', null=True, verbose_name='removed from code at')),
-                ('updated_at', models.DateTimeField(auto_now=True, verbose_name='updated at')),
-                ('last_run', models.ForeignKey(blank=True, db_constraint=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='django_scheduling.taskrun', verbose_name='last run')),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=200, primary_key=True, serialize=False, verbose_name="name"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("cron", "cron"),
+                            ("fixed_rate", "fixed rate"),
+                            ("fixed_delay", "fixed delay"),
+                            ("one_shot", "one shot"),
+                        ],
+                        max_length=20,
+                        verbose_name="kind",
+                    ),
+                ),
+                ("trigger", models.CharField(max_length=255, verbose_name="trigger")),
+                (
+                    "next_fire_time",
+                    models.DateTimeField(blank=True, null=True, verbose_name="next fire time"),
+                ),
+                (
+                    "anchor",
+                    models.DateTimeField(blank=True, null=True, verbose_name="fixed-rate anchor"),
+                ),
+                (
+                    "last_fire_time",
+                    models.DateTimeField(
+                        blank=True, null=True, verbose_name="last fire time claimed"
+                    ),
+                ),
+                (
+                    "last_finished_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="last finished at"),
+                ),
+                ("paused", models.BooleanField(default=False, verbose_name="paused")),
+                (
+                    "run_requested_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="run requested at"),
+                ),
+                (
+                    "removed_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="Set when no running scheduler declares this task any more.",
+                        null=True,
+                        verbose_name="removed from code at",
+                    ),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True, verbose_name="updated at")),
+                (
+                    "last_run",
+                    models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="django_scheduling.taskrun",
+                        verbose_name="last run",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'scheduled task',
-                'verbose_name_plural': 'scheduled tasks',
-                'ordering': ['next_fire_time', 'name'],
-                'permissions': [('pause_scheduledtask', 'Can pause and resume scheduled tasks'), ('run_scheduledtask', 'Can run scheduled tasks now')],
+                "verbose_name": "scheduled task",
+                "verbose_name_plural": "scheduled tasks",
+                "ordering": ["next_fire_time", "name"],
+                "permissions": [
+                    ("pause_scheduledtask", "Can pause and resume scheduled tasks"),
+                    ("run_scheduledtask", "Can run scheduled tasks now"),
+                ],
             },
         ),
     ]

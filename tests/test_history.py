@@ -1,0 +1,217 @@
+"""History and task rows: pruning, lost runs, the overdue rule, and keeping rows in step."""
+
+import threading
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from django.core.management import call_command
+from django.test import TestCase, TransactionTestCase, override_settings
+
+from django_scheduling import history, monitoring, state
+from django_scheduling import registry as registry_module
+from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
+from django_scheduling.monitoring import TaskState
+from django_scheduling.pool import PoolStats
+from django_scheduling.registry import TaskRegistry
+from django_scheduling.scheduler import Entry
+from django_scheduling.service import SchedulerService
+from django_scheduling.triggers import FixedRateTrigger, make_trigger
+
+from .processes import poll
+
+NOW = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+
+
+def run(task, started, status=RunStatus.SUCCEEDED, **fields):
+    return TaskRun.objects.create(
+        task_name=task, started_at=started, status=status, instance="host:1", **fields
+    )
+
+
+class PruneTests(TestCase):
+    def test_prunes_old_finished_runs_in_batches(self):
+        for minutes in range(7):
+            run("old", NOW - timedelta(days=40, minutes=minutes))
+        stuck = run("old", NOW - timedelta(days=40), RunStatus.RUNNING)
+        recent = run("new", NOW - timedelta(days=1))
+        deleted = history.prune(older_than=NOW - timedelta(days=30), using="default", batch_size=3)
+        self.assertEqual(deleted, 7)
+        self.assertEqual(set(TaskRun.objects.values_list("pk", flat=True)), {stuck.pk, recent.pk})
+
+    def test_pruning_a_task_s_last_run_clears_the_link(self):
+        old = run("job", NOW - timedelta(days=40))
+        ScheduledTask.objects.create(
+            name="job", kind="fixed_rate", trigger="every 1s", last_run=old
+        )
+        history.prune(older_than=NOW - timedelta(days=30), using="default")
+        self.assertIsNone(ScheduledTask.objects.get(name="job").last_run_id)
+
+
+class LostRunTests(TestCase):
+    def lock(self, name, until):
+        TaskLock.objects.create(
+            name=name, lock_until=until, locked_at=until - MINUTE, locked_by="x"
+        )
+
+    def test_a_running_run_whose_lock_expired_is_lost(self):
+        dead = run("dead", NOW - 10 * MINUTE, RunStatus.RUNNING)
+        self.lock("dead", NOW - MINUTE)
+        alive = run("alive", NOW - 10 * MINUTE, RunStatus.RUNNING)
+        self.lock("alive", NOW + MINUTE)  # kept alive by its holder
+        unlocked = run("unlocked", NOW - 10 * MINUTE, RunStatus.RUNNING)  # lock=False task
+        self.assertEqual(history.mark_lost_runs(now=NOW, using="default"), 1)
+        dead.refresh_from_db()
+        self.assertEqual(dead.status, RunStatus.LOST)
+        self.assertEqual(dead.finished_at, NOW)
+        self.assertIn("ended without recording a finish", dead.error_message)
+        for other in (alive, unlocked):
+            other.refresh_from_db()
+            self.assertEqual(other.status, RunStatus.RUNNING)
+
+    def test_a_run_started_after_the_lock_expired_is_not_lost(self):
+        # The lock row is old (from an earlier run); this run has not taken it yet.
+        self.lock("job", NOW - 10 * MINUTE)
+        fresh = run("job", NOW - MINUTE, RunStatus.RUNNING)
+        self.assertEqual(history.mark_lost_runs(now=NOW, using="default"), 0)
+        fresh.refresh_from_db()
+        self.assertEqual(fresh.status, RunStatus.RUNNING)
+
+
+class OverdueRuleTests(TestCase):
+    """The overdue rule with explicit times: ``annotate_state`` (SQL) and ``task_state`` agree."""
+
+    def task(self, name, next_fire_time, **fields):
+        return ScheduledTask.objects.create(
+            name=name, kind="cron", trigger="cron", next_fire_time=next_fire_time, **fields
+        )
+
+    def states(self, overdue_after):
+        annotated = monitoring.annotate_state(
+            ScheduledTask.objects.select_related("last_run"), now=NOW, overdue_after=overdue_after
+        )
+        result = {}
+        for task in annotated:
+            python = monitoring.task_state(task, now=NOW, overdue_after=overdue_after)
+            self.assertEqual(task.state, python.value, task.name)
+            result[task.name] = python
+        return result
+
+    @override_settings(TIME_ZONE="America/New_York")
+    def test_states(self):
+        self.task("late", NOW - 6 * MINUTE)
+        self.task("a_little_late", NOW - 4 * MINUTE)
+        self.task("started", NOW - 6 * MINUTE, last_fire_time=NOW - 6 * MINUTE)
+        self.task("paused", NOW - 6 * MINUTE, paused=True)
+        self.task("removed", NOW - 6 * MINUTE, removed_at=NOW)
+        self.task("later", NOW + MINUTE)
+        self.task("done", None)
+        running = run("running", NOW - 10 * MINUTE, RunStatus.RUNNING)
+        self.task("running", NOW - 6 * MINUTE, last_run=running, last_fire_time=NOW - 10 * MINUTE)
+        self.assertEqual(
+            self.states(overdue_after=5 * MINUTE),
+            {
+                "late": TaskState.OVERDUE,
+                "a_little_late": TaskState.UPCOMING,
+                "started": TaskState.UPCOMING,
+                "paused": TaskState.PAUSED,
+                "removed": TaskState.REMOVED,
+                "later": TaskState.UPCOMING,
+                "done": TaskState.DONE,
+                "running": TaskState.RUNNING,
+            },
+        )
+        overdue = monitoring.overdue_tasks(now=NOW, overdue_after=5 * MINUTE, using="default")
+        self.assertEqual([t.name for t in overdue], ["late"])
+
+    def test_the_boundary_is_strict(self):
+        self.task("exactly", NOW - 5 * MINUTE)
+        self.assertEqual(self.states(overdue_after=5 * MINUTE)["exactly"], TaskState.UPCOMING)
+
+
+class SyncTests(TestCase):
+    def test_rows_follow_the_code(self):
+        rate = FixedRateTrigger(timedelta(seconds=30))
+        state.sync_tasks([("a", rate), ("b", rate)], now=NOW, using="default", complete=True)
+        self.assertEqual(ScheduledTask.objects.get(name="a").anchor, NOW)
+        self.assertEqual(ScheduledTask.objects.get(name="a").trigger, "every 30s")
+        later = NOW + timedelta(hours=1)
+        # "b" leaves the code, "a" keeps its trigger (and its anchor), "c" arrives.
+        states = state.sync_tasks(
+            [("a", rate), ("c", rate)], now=later, using="default", complete=True
+        )
+        self.assertEqual(states["a"].anchor, NOW)
+        self.assertEqual(ScheduledTask.objects.get(name="b").removed_at, later)
+        self.assertIsNone(ScheduledTask.objects.get(name="c").removed_at)
+        # A partial set (runscheduler --task a) marks nothing removed.
+        state.sync_tasks([("a", rate)], now=later, using="default", complete=False)
+        self.assertIsNone(ScheduledTask.objects.get(name="c").removed_at)
+        # "b" comes back; "a" changes its trigger: a new grid.
+        faster = FixedRateTrigger(timedelta(seconds=5))
+        state.sync_tasks([("a", faster), ("b", rate)], now=later, using="default", complete=True)
+        a = ScheduledTask.objects.get(name="a")
+        self.assertEqual((a.trigger, a.anchor), ("every 5s", later))
+        self.assertIsNone(ScheduledTask.objects.get(name="b").removed_at)
+
+    def test_cron_rows_describe_the_zone(self):
+        trigger = make_trigger(cron="0 0 3 * * *", zone="Europe/Berlin")
+        state.sync_tasks([("nightly", trigger)], now=NOW, using="default", complete=False)
+        self.assertEqual(
+            ScheduledTask.objects.get(name="nightly").trigger, "cron 0 0 3 * * * Europe/Berlin"
+        )
+
+    def test_migrate_creates_the_rows_of_declared_tasks(self):
+        saved = registry_module.registry
+        self.addCleanup(setattr, registry_module, "registry", saved)
+        registry_module.registry = TaskRegistry()
+        registry_module.registry.add(lambda: None, cron="@daily", name="declared")
+        call_command("migrate", verbosity=0)
+        row = ScheduledTask.objects.get(name="declared")
+        self.assertEqual(row.kind, "cron")
+        self.assertEqual(row.trigger, f"cron @daily {ZoneInfo('UTC').key}")
+
+
+class ServiceTests(TransactionTestCase):
+    """A live in-process service: the admin's "run now" and the pool's rejections."""
+
+    def test_run_now_is_picked_up_and_runs_through_the_normal_path(self):
+        ran = threading.Event()
+        definitions = TaskRegistry()
+        definition = definitions.add(ran.set, fixed_rate="1h", initial_delay="1h", name="manual")
+        service = SchedulerService([definition])
+        service.start()
+        self.addCleanup(service.stop, 5)
+        ScheduledTask.objects.filter(name="manual").update(run_requested_at=datetime.now(UTC))
+        self.assertTrue(ran.wait(15), "the run request was not picked up")
+        finished = poll(
+            lambda: TaskRun.objects.filter(task_name="manual", finished_at__isnull=False).first(),
+            timeout=15,
+        )
+        self.assertIsNone(finished.scheduled_at)
+        self.assertEqual(finished.status, RunStatus.SUCCEEDED)
+        self.assertIsNone(ScheduledTask.objects.get(name="manual").run_requested_at)
+
+    def test_a_rejected_firing_is_recorded(self):
+        definitions = TaskRegistry()
+        definition = definitions.add(lambda: None, fixed_rate="1s", name="victim")
+        service = SchedulerService([definition])
+        service.start()
+        self.addCleanup(service.stop, 5)
+        stats = PoolStats(
+            threads=16,
+            idle=0,
+            active=16,
+            queued=100,
+            queue_capacity=100,
+            core_size=4,
+            max_size=16,
+            completed=0,
+            rejected=1,
+        )
+        entry = next(e for e in service.scheduler.entries() if e.name == "victim")
+        assert isinstance(entry, Entry)
+        fire_time = datetime.now(UTC)
+        service.runner.rejected(entry, fire_time, stats)
+        rejected = TaskRun.objects.get(task_name="victim", status=RunStatus.REJECTED)
+        self.assertEqual(rejected.scheduled_at, fire_time)
+        self.assertIn("queue 100/100, threads 16/16", rejected.error_message)
