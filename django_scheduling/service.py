@@ -19,7 +19,7 @@ from .conf import SchedulingSettings, get_settings
 from .execution import TaskRunner, TaskSpec
 from .locking import LockConfiguration, LockError, get_lock_provider
 from .models import ScheduledTask
-from .registry import TaskDefinition, registry
+from .registry import TaskDefinition, TaskRegistry, registry
 from .scheduler import Entry, Scheduler
 
 __all__ = ["SchedulerService", "POLL_INTERVAL", "HOUSEKEEPING_INTERVAL"]
@@ -40,13 +40,15 @@ class SchedulerService:
         self,
         definitions: Iterable[TaskDefinition] | None = None,
         *,
+        tasks: TaskRegistry | None = None,
         conf: SchedulingSettings | None = None,
         core_pool_size: int | None = None,
         max_pool_size: int | None = None,
     ) -> None:
         self.conf = conf or get_settings()
+        self.tasks = registry if tasks is None else tasks
         self.complete = definitions is None
-        self.definitions = list(registry if definitions is None else definitions)
+        self.definitions = list(self.tasks if definitions is None else definitions)
         self.core_pool_size = core_pool_size
         self.max_pool_size = max_pool_size
         self.scheduler: Scheduler | None = None
@@ -58,7 +60,7 @@ class SchedulerService:
 
     def check(self) -> None:
         """Raise ``ImproperlyConfigured`` for mistakes in the tasks or settings; no I/O."""
-        errors = registry.errors()
+        errors = self.tasks.errors()
         if errors:
             raise ImproperlyConfigured(
                 "django_scheduling cannot start; fix these tasks first (manage.py check "

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DataError, connection, connections, transaction
 from django.test import SimpleTestCase, TransactionTestCase, override_settings
@@ -526,9 +527,8 @@ class DatabaseLockProviderTests(LockProviderContract, TransactionTestCase):
         self.assertLessEqual(before, lock.locked_at)
         self.assertLessEqual(lock.locked_at, storage_now())
 
+    @pytest.mark.vendor("mysql")
     def test_mysql_uses_the_server_clock(self) -> None:
-        if not MYSQL:
-            self.skipTest("SQLite has no server clock")
         frozen = datetime(2031, 1, 1, 0, 0, 0, 250000, tzinfo=UTC)  # 1924992000.25
         init = "SET @@session.timestamp = 1924992000.25"
         with extra_database(self, "skewed", OPTIONS={"init_command": init}) as alias:
@@ -563,9 +563,9 @@ class DatabaseLockProviderTests(LockProviderContract, TransactionTestCase):
             provider.close()
         self.assertFalse(self.is_locked(self.name))
 
+    @pytest.mark.vendor("sqlite")
     def test_sqlite_lock_inside_an_immediate_transaction_fails_fast(self) -> None:
-        if MYSQL or connection.transaction_mode != "IMMEDIATE":
-            self.skipTest("SQLite with transaction_mode IMMEDIATE only")
+        self.assertEqual(connection.transaction_mode, "IMMEDIATE", "the test settings changed")
         started = time.monotonic()
         with transaction.atomic():
             with self.assertRaisesMessage(LockError, "holds the write lock the lock needs"):
@@ -655,10 +655,9 @@ class DatabaseLockProviderTests(LockProviderContract, TransactionTestCase):
             elif os.path.exists(empty):
                 os.remove(empty)
 
+    @pytest.mark.vendor("sqlite")
     def test_busy_sqlite_database_raises_lock_error(self) -> None:
         """Waiting out the busy timeout is a storage failure, not "held elsewhere"."""
-        if MYSQL:
-            self.skipTest("SQLite only")
         blocker = connections.create_connection("default")
         try:
             with blocker.cursor() as cursor:
@@ -683,10 +682,9 @@ class DatabaseLockProviderTests(LockProviderContract, TransactionTestCase):
             lock.unlock()
         self.assertFalse(self.is_locked(self.name))
 
+    @pytest.mark.vendor("mysql")
     def test_deadlock_means_not_acquired(self) -> None:
         """E14: a serialization failure is a lost race, not an error."""
-        if not MYSQL:
-            self.skipTest("InnoDB deadlocks only")
         import threading
 
         holder = connections.create_connection("default")

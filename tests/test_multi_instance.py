@@ -134,7 +134,7 @@ class MultiInstanceTests(TransactionTestCase):
         self.assertEqual(survivor.stop(), 0, survivor.output)
 
 
-@pytest.mark.skipif("os.environ.get('DATABASE_URL', '').startswith('sqlite')")
+@pytest.mark.vendor("mysql")
 class DatabaseOutageTests(TransactionTestCase):
     """Stop and restart a private MariaDB server under two running schedulers."""
 

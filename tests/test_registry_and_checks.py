@@ -120,7 +120,7 @@ class ScheduledDecoratorTests(SimpleTestCase):
 
         scheduled(cron="0 0 25 * * *", name="bad")(job)
         with self.assertRaisesMessage(ImproperlyConfigured, "hour value 25 is out of range"):
-            SchedulerService([]).start()
+            SchedulerService([], tasks=registry_module.registry).start()
 
 
 class SettingsTests(SimpleTestCase):
