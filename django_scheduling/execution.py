@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import close_old_connections
+from django.utils import timezone, translation
 
 from . import signals, state
 from .conf import SchedulingSettings
@@ -186,6 +187,9 @@ class TaskRunner:
             return self._run_locked(spec, fire_time)
         finally:
             close_old_connections()
+            # What a task activated on this thread must not leak into the next task on it.
+            translation.deactivate()
+            timezone.deactivate()
 
     def _run_unlocked(self, spec: TaskSpec, fire_time: datetime | None) -> datetime | None:
         row = self._read_row(spec)

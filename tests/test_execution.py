@@ -267,3 +267,22 @@ class ExecutionTests(TransactionTestCase):
         lock = other.lock(LockConfiguration("job", "1m"))
         self.assertIsNotNone(lock)  # released at the end
         lock.unlock()
+
+
+class ThreadStateTests(TransactionTestCase):
+    def test_a_task_leaves_no_language_or_time_zone_behind(self):
+        from django.utils import timezone, translation
+
+        def meddle():
+            translation.activate("de")
+            timezone.activate("Asia/Tokyo")
+
+        registry = TaskRegistry()
+        runner = make_runner("a", Clock(T0))
+        (spec,) = runner.specs(
+            [registry.add(meddle, fixed_rate="1s", name="meddler")], complete=False
+        )
+        default_language = translation.get_language()
+        runner.run(Entry(spec.name, spec), T0)
+        self.assertEqual(translation.get_language(), default_language)
+        self.assertEqual(timezone.get_current_timezone_name(), "UTC")
