@@ -20,13 +20,14 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import close_old_connections
 from django.utils import timezone, translation
 
 from . import signals, state
+from .clock import utcnow
 from .conf import SchedulingSettings
 from .locking import Lock, LockConfiguration, LockError, LockProvider
 from .models import RunStatus, TaskRun
@@ -48,10 +49,6 @@ _context = threading.local()
 def current_fire_time() -> datetime | None:
     """Return the fire time the running task serves (``None`` in a manual run or outside)."""
     return getattr(_context, "fire_time", None)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass
@@ -277,7 +274,7 @@ class TaskRunner:
                 definition.func()
         except Exception as exc:
             duration = timedelta(seconds=time.perf_counter() - begun)
-            logger.exception("Task %s failed after %s", spec.name, duration)
+            logger.exception("Task %s failed after %s", spec.name, _ms(duration))
             _drop_broken_connections()
             error = (
                 f"{type(exc).__module__}.{type(exc).__qualname__}",
@@ -288,7 +285,7 @@ class TaskRunner:
             _send(signals.run_failed, spec.name, exception=exc, duration=duration, **common)
         else:
             duration = timedelta(seconds=time.perf_counter() - begun)
-            logger.info("Task %s succeeded in %s", spec.name, duration)
+            logger.info("Task %s succeeded in %s", spec.name, _ms(duration))
             self._finish(spec, run_id, RunStatus.SUCCEEDED, started, planned)
             _send(signals.run_succeeded, spec.name, duration=duration, **common)
         finally:
@@ -477,6 +474,10 @@ def _send(signal: Any, sender: str, **kwargs: Any) -> None:
         signal.send(sender=sender, **kwargs)
     except Exception:
         logger.exception("A receiver of %s failed for %s", signal, sender)
+
+
+def _ms(duration: timedelta) -> str:
+    return f"{duration.total_seconds() * 1000:.1f} ms"
 
 
 def _when(fire_time: datetime | None) -> str:

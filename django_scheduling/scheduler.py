@@ -17,9 +17,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
+from .clock import utcnow
 from .pool import PoolStats, RejectedWork, RejectionPolicy, Work, WorkerPool
 
 __all__ = ["Scheduler", "Entry", "Runner", "Timer", "shutdown_requested"]
@@ -33,10 +34,6 @@ def shutdown_requested() -> bool:
     """Return whether the scheduler running the current task is shutting down."""
     scheduler: Scheduler | None = getattr(_local, "scheduler", None)
     return scheduler is not None and scheduler.stopping
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(eq=False)

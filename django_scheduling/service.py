@@ -8,13 +8,14 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
 from . import history, state
+from .clock import utcnow
 from .conf import SchedulingSettings, get_settings
 from .execution import TaskRunner, TaskSpec
 from .locking import LockConfiguration, LockError, get_lock_provider
@@ -210,7 +211,7 @@ class SchedulerService:
         if lock is None:
             return
         try:
-            now = datetime.now(UTC)
+            now = utcnow()
             lost = history.mark_lost_runs(now=now, using=self.conf.database)
             pruned = history.prune(
                 older_than=now - self.conf.history_retention, using=self.conf.database

@@ -31,6 +31,7 @@ from django.db import (
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from ..clock import utcnow
 from ..conf import get_settings
 from ..models import TaskLock
 from .base import Lock, LockConfiguration, LockError
@@ -69,7 +70,7 @@ class _Sql:
             q(meta.get_field(f).column) for f in ("name", "lock_until", "locked_at", "locked_by")
         )
         self.db_time = conn.vendor == "mysql"
-        self.client_now = datetime.now(UTC)
+        self.client_now = utcnow()
 
     def value(self, moment: datetime) -> Any:
         moment = moment if settings.USE_TZ else moment.astimezone(UTC).replace(tzinfo=None)
@@ -193,7 +194,7 @@ class DatabaseLockProvider:
         params = [config.name, owner, *([sql.value(locked_at)] if locked_at else [])]
         row = self._execute(sql, statement, params, fetch=True)
         if row is None:  # already taken over (lock_at_most_for ~ 0): the handle cannot act
-            now = datetime.now(UTC)
+            now = utcnow()
             return locked_at or now, now + config.lock_at_most_for
         return row[0].replace(tzinfo=UTC), row[1].replace(tzinfo=UTC)
 

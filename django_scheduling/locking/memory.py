@@ -12,8 +12,9 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
+from ..clock import utcnow
 from ..conf import get_settings
 from .base import Lock, LockConfiguration
 
@@ -22,10 +23,6 @@ __all__ = ["InMemoryLockProvider"]
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass
@@ -41,7 +38,7 @@ class InMemoryLockProvider:
 
     def __init__(self, owner: str | None = None, clock: Clock | None = None) -> None:
         self._owner = owner
-        self.clock: Clock = clock or _utcnow
+        self.clock: Clock = clock or utcnow
         self._mutex = threading.Lock()
         self._rows: dict[str, _Row] = {}
 
