@@ -26,22 +26,21 @@ from typing import Any
 from django.db import close_old_connections
 from django.utils import timezone, translation
 
-from . import signals, state
+from . import history, signals, state
 from .clock import utcnow
 from .conf import SchedulingSettings
-from .locking import Lock, LockConfiguration, LockError, LockProvider
-from .models import RunStatus, TaskRun
+from .keepalive import KeptAliveLock
+from .locking import LockConfiguration, LockError, LockProvider
+from .models import RunStatus
 from .pool import PoolStats
 from .registry import TaskDefinition
 from .scheduler import Entry, Timer
 from .triggers import Trigger, TriggerState
 
-__all__ = ["TaskSpec", "TaskRunner", "KEEP_ALIVE_MINIMUM", "current_fire_time"]
+__all__ = ["TaskSpec", "TaskRunner", "current_fire_time"]
 
 logger = logging.getLogger(__name__)
 
-#: A lock is extended when half of ``lock_at_most_for`` has passed, but not more often than this.
-KEEP_ALIVE_MINIMUM = timedelta(milliseconds=200)
 _MAX_BACKOFF = 60.0
 _context = threading.local()
 
@@ -64,68 +63,6 @@ class TaskSpec:
     @property
     def name(self) -> str:
         return self.definition.name
-
-
-class _HeldLock:
-    """The lock of a running task, extended by the timer thread until the task ends."""
-
-    def __init__(self, lock: Lock, timer: Timer | None, name: str) -> None:
-        self.lock: Lock | None = lock
-        self.name = name
-        self._timer = timer
-        self._mutex = threading.Lock()
-        self._handle: int | None = None
-        self._least_until = lock.locked_at + lock.config.lock_at_least_for
-        self._schedule()
-
-    def _interval(self) -> float:
-        assert self.lock is not None
-        half = self.lock.config.lock_at_most_for / 2
-        return max(half, KEEP_ALIVE_MINIMUM).total_seconds()
-
-    def _schedule(self) -> None:
-        if self._timer is not None and self.lock is not None:
-            self._handle = self._timer.call_at(time.monotonic() + self._interval(), self._extend)
-
-    def _extend(self) -> None:
-        with self._mutex:
-            if self.lock is None:
-                return
-            config = self.lock.config
-            least = max(self._least_until - utcnow(), timedelta(0))
-            try:
-                close_old_connections()
-                extended = self.lock.extend(
-                    config.lock_at_most_for, min(least, config.lock_at_most_for)
-                )
-            except LockError:
-                logger.warning("Could not extend the lock of %s; trying again", self.name)
-                self._schedule()
-                return
-            if extended is None:
-                logger.error(
-                    "The lock of %s expired while it ran; another instance may start it. "
-                    "Raise lock_at_most_for.",
-                    self.name,
-                )
-                self.lock = None
-                return
-            self.lock = extended
-            self._schedule()
-
-    def release(self) -> None:
-        with self._mutex:
-            if self._handle is not None and self._timer is not None:
-                self._timer.cancel(self._handle)
-            lock, self.lock = self.lock, None
-        if lock is not None:
-            try:
-                lock.unlock()
-            except LockError:
-                logger.warning(
-                    "Could not release the lock of %s; it frees itself after lock_at_most_for",
-                    self.name,
-                )
 
 
 class TaskRunner:
@@ -205,7 +142,7 @@ class TaskRunner:
             return self._database_down(spec, fire_time, exc)
         if lock is None:
             return self._skip(spec, fire_time, "locked", advance=True)
-        held = _HeldLock(lock, self.timer, spec.name)
+        held = KeptAliveLock(lock, self.timer, spec.name)
         try:
             row = self._read_row(spec)
             spec.failures = 0
@@ -327,14 +264,13 @@ class TaskRunner:
     ) -> int | None:
         if not self.conf.history:
             return None
-        run = TaskRun.objects.using(self.using).create(
+        return history.record_start(
+            using=self.using,
             task_name=spec.name,
-            scheduled_at=fire_time,
-            started_at=started,
-            status=RunStatus.RUNNING,
+            fire_time=fire_time,
+            started=started,
             instance=self.conf.instance_name,
         )
-        return run.pk
 
     def _record_end(
         self,
@@ -346,13 +282,13 @@ class TaskRunner:
     ) -> datetime:
         finished = self.clock()
         if run_id is not None:
-            TaskRun.objects.using(self.using).filter(pk=run_id).update(
+            history.record_end(
+                using=self.using,
+                run_id=run_id,
                 status=status,
-                finished_at=finished,
-                duration=finished - started,
-                error_type=error[0][:255],
-                error_message=error[1],
-                traceback=error[2],
+                started=started,
+                finished=finished,
+                error=error,
             )
         return finished
 
@@ -364,14 +300,7 @@ class TaskRunner:
         """Count and signal a skipped firing; with *advance*, return the next one to try."""
         self.skipped += 1
         logger.debug("Skipped %s at %s: %s", spec.name, _when(fire_time), reason)
-        _send(
-            signals.run_skipped,
-            spec.name,
-            task=spec.definition,
-            scheduled_at=fire_time,
-            run=None,
-            reason=reason,
-        )
+        self._signal_skip(spec, fire_time, reason)
         if not advance:
             return None
         if fire_time is None:
@@ -395,15 +324,18 @@ class TaskRunner:
             exc,
             backoff,
         )
+        self._signal_skip(spec, fire_time, "database unavailable")
+        return self.clock() + timedelta(seconds=backoff)
+
+    def _signal_skip(self, spec: TaskSpec, fire_time: datetime | None, reason: str) -> None:
         _send(
             signals.run_skipped,
             spec.name,
             task=spec.definition,
             scheduled_at=fire_time,
             run=None,
-            reason="database unavailable",
+            reason=reason,
         )
-        return self.clock() + timedelta(seconds=backoff)
 
     def rejected(self, entry: Entry, fire_time: datetime | None, stats: PoolStats) -> None:
         spec: TaskSpec = entry.payload
@@ -411,18 +343,14 @@ class TaskRunner:
             "The pool rejected %s (scheduled for %s): %s", spec.name, _when(fire_time), stats
         )
         if self.conf.history:
-            now = self.clock()
             try:
-                TaskRun.objects.using(self.using).create(
+                history.record_rejection(
+                    using=self.using,
                     task_name=spec.name,
-                    scheduled_at=fire_time,
-                    started_at=now,
-                    finished_at=now,
-                    duration=timedelta(0),
-                    status=RunStatus.REJECTED,
+                    fire_time=fire_time,
+                    now=self.clock(),
                     instance=self.conf.instance_name,
-                    error_type="django_scheduling.pool.RejectedWork",
-                    error_message=f"rejected by the pool: {stats}",
+                    reason=f"rejected by the pool: {stats}",
                 )
             except Exception as exc:
                 if not _is_database_error(exc):
@@ -430,14 +358,7 @@ class TaskRunner:
                 logger.warning("Could not record the rejection of %s: %s", spec.name, exc)
             finally:
                 close_old_connections()
-        _send(
-            signals.run_skipped,
-            spec.name,
-            task=spec.definition,
-            scheduled_at=fire_time,
-            run=None,
-            reason="rejected",
-        )
+        self._signal_skip(spec, fire_time, "rejected")
 
     def next_after_rejection(self, entry: Entry, fire_time: datetime | None) -> datetime | None:
         spec: TaskSpec = entry.payload
@@ -450,10 +371,7 @@ class TaskRunner:
         """Mark the runs of *names*, still running at shutdown, as interrupted."""
         with self._runs_lock:
             run_ids = [self._running_runs[name] for name in names if name in self._running_runs]
-        if run_ids:
-            TaskRun.objects.using(self.using).filter(
-                pk__in=run_ids, status=RunStatus.RUNNING
-            ).update(status=RunStatus.INTERRUPTED, finished_at=self.clock())
+        history.mark_interrupted(using=self.using, run_ids=run_ids, now=self.clock())
 
 
 def _drop_broken_connections() -> None:

@@ -1,17 +1,90 @@
-"""Keep the run history honest and bounded: mark runs that died, prune old ones."""
+"""The run history: record runs, mark the ones that died, prune old ones."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Exists, OuterRef
 
 from .models import RunStatus, TaskLock, TaskRun
 
-__all__ = ["mark_lost_runs", "prune", "PRUNE_BATCH_SIZE"]
+__all__ = [
+    "record_start",
+    "record_end",
+    "record_rejection",
+    "mark_interrupted",
+    "mark_lost_runs",
+    "prune",
+    "PRUNE_BATCH_SIZE",
+]
 
 #: Rows deleted per statement, so that pruning never holds long locks on the table.
 PRUNE_BATCH_SIZE = 1000
+
+
+def record_start(
+    *, using: str, task_name: str, fire_time: datetime | None, started: datetime, instance: str
+) -> int:
+    """Record that a run started and return its id."""
+    run = TaskRun.objects.using(using).create(
+        task_name=task_name,
+        scheduled_at=fire_time,
+        started_at=started,
+        status=RunStatus.RUNNING,
+        instance=instance,
+    )
+    return run.pk
+
+
+def record_end(
+    *,
+    using: str,
+    run_id: int,
+    status: RunStatus,
+    started: datetime,
+    finished: datetime,
+    error: tuple[str, str, str] = ("", "", ""),
+) -> None:
+    """Record how a run ended; *error* is (exception type, message, traceback)."""
+    TaskRun.objects.using(using).filter(pk=run_id).update(
+        status=status,
+        finished_at=finished,
+        duration=finished - started,
+        error_type=error[0][:255],
+        error_message=error[1],
+        traceback=error[2],
+    )
+
+
+def record_rejection(
+    *,
+    using: str,
+    task_name: str,
+    fire_time: datetime | None,
+    now: datetime,
+    instance: str,
+    reason: str,
+) -> None:
+    """Record a firing that the pool did not run."""
+    TaskRun.objects.using(using).create(
+        task_name=task_name,
+        scheduled_at=fire_time,
+        started_at=now,
+        finished_at=now,
+        duration=timedelta(0),
+        status=RunStatus.REJECTED,
+        instance=instance,
+        error_type="django_scheduling.pool.RejectedWork",
+        error_message=reason,
+    )
+
+
+def mark_interrupted(*, using: str, run_ids: list[int], now: datetime) -> None:
+    """Mark runs still going when a shutdown timed out."""
+    if run_ids:
+        TaskRun.objects.using(using).filter(pk__in=run_ids, status=RunStatus.RUNNING).update(
+            status=RunStatus.INTERRUPTED, finished_at=now
+        )
 
 
 def mark_lost_runs(*, now: datetime, using: str) -> int:
