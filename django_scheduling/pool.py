@@ -225,7 +225,8 @@ class WorkerPool:
         if len(self._queue) >= room:
             return False
         self._queue.append(item)
-        self._work_available.notify()
+        if self._idle:  # busy threads look at the queue before they wait: no need to wake one
+            self._work_available.notify()
         return True
 
     def _start_worker(self, first: Work | None) -> None:
@@ -275,19 +276,22 @@ class WorkerPool:
     def _work_loop(self, item: Work | None) -> None:
         me = threading.current_thread()
         try:
-            while True:
-                if item is None:
-                    with self._work_available:
-                        item = self._take(me)
-                    if item is None:
-                        return
+            if item is None:
+                with self._work_available:
+                    item = self._take(me)
+            while item is not None:
                 try:
                     self._execute(item)
-                finally:
+                except BaseException:
                     with self._work_available:
                         del self._running[me]
                         self._completed += 1
-                item = None
+                    raise
+                # Account for this item and take the next one in a single hold of the lock.
+                with self._work_available:
+                    del self._running[me]
+                    self._completed += 1
+                    item = self._take(me)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt: end this thread loudly
             logger.exception("Worker %s of pool %r stopped by %r", me.name, self.name, exc)
             with self._work_available:

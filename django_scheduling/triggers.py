@@ -159,12 +159,15 @@ class FixedRateTrigger:
         return now + self.initial_delay
 
     def next_fire_time(self, *, now: datetime, state: TriggerState) -> datetime | None:
-        grid = _Grid(state.anchor or self.initial_anchor(now=now), self.period)
-        if state.last_fire_time is None:
-            first_due = grid.anchor
-        else:
-            first_due = grid.first_after(state.last_fire_time)
-        return _apply_missed(first_due, now, self.missed, grid)
+        anchor = state.anchor or self.initial_anchor(now=now)
+        last = state.last_fire_time
+        if last is None or last < anchor:
+            first_due = anchor
+        else:  # _Grid.first_after(last), inlined: this runs after every firing
+            first_due = anchor + ((last - anchor) // self.period + 1) * self.period
+        if first_due >= now:
+            return first_due
+        return _apply_missed(first_due, now, self.missed, _Grid(anchor, self.period))
 
     def describe(self) -> str:
         text = f"every {format_duration(self.period)}"
