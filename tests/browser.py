@@ -12,6 +12,7 @@ from django.conf import settings
 from django.contrib.staticfiles.testing import StaticLiveServerTestCase
 from django.urls import reverse
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -83,9 +84,20 @@ class BrowserTestCase(StaticLiveServerTestCase):
         return self.browser.find_element(*locator)
 
     def click_and_wait(self, element: WebElement) -> None:
-        """Click *element* and wait until the page it was on has gone."""
+        """Click *element* and wait until a new page has loaded in place of the one it was on.
+
+        The old document is marked in JavaScript; the wait ends when a complete document
+        without the mark is there. (Watching the clicked element go stale is racy in Chromium:
+        while the page navigates, it may report the node in ways Selenium does not map to
+        ``StaleElementReferenceException``.)
+        """
+        self.browser.execute_script("window.__dsOldPage = true;")
         element.click()
-        WebDriverWait(self.browser, WAIT_SECONDS).until(EC.staleness_of(element))
+        WebDriverWait(self.browser, WAIT_SECONDS, ignored_exceptions=(WebDriverException,)).until(
+            lambda driver: driver.execute_script(
+                "return window.__dsOldPage === undefined && document.readyState === 'complete';"
+            )
+        )
 
     def log_in(self, username: str, password: str) -> None:
         """Log in through the admin's login form."""
