@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "HISTORY": True,
     "HISTORY_RETENTION": "30d",
     "OVERDUE_AFTER": "1m",
+    "MISFIRE_THRESHOLD": "5s",
     "INSTANCE_NAME": None,
 }
 
@@ -66,6 +67,7 @@ class SchedulingSettings:
     history: bool
     history_retention: timedelta
     overdue_after: timedelta
+    misfire_threshold: timedelta
     instance_name: str
 
     @classmethod
@@ -159,6 +161,7 @@ class SchedulingSettings:
             history=boolean("HISTORY"),
             history_retention=duration("HISTORY_RETENTION", allow_zero=False),
             overdue_after=duration("OVERDUE_AFTER", allow_zero=False),
+            misfire_threshold=duration("MISFIRE_THRESHOLD"),
             instance_name=instance or default_instance_name(),
         )
 

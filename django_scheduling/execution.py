@@ -91,7 +91,8 @@ class TaskRunner:
     def specs(self, definitions: list[TaskDefinition], *, complete: bool) -> list[TaskSpec]:
         """Build the specs of *definitions* and bring their rows in step with the code."""
         now = self.clock()
-        built = [(d, d.trigger(self.default_zone)) for d in definitions]
+        threshold = self.conf.misfire_threshold
+        built = [(d, d.trigger(self.default_zone, threshold)) for d in definitions]
         states = state.sync_tasks(
             [(d.name, t) for d, t in built], now=now, using=self.using, complete=complete
         )

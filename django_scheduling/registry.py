@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from .conf import NAME_LENGTH
 from .durations import DurationLike, parse_duration
-from .triggers import MissedRuns, Trigger, make_trigger
+from .triggers import DEFAULT_MISFIRE_THRESHOLD, MissedRuns, Trigger, make_trigger
 
 __all__ = ["TaskDefinition", "TaskRegistry", "registry", "scheduled", "autodiscover"]
 
@@ -46,9 +46,15 @@ class TaskDefinition:
     def origin(self) -> str:
         return f"{self.func.__module__}.{self.func.__qualname__}"
 
-    def trigger(self, default_zone: tzinfo) -> Trigger:
+    def trigger(
+        self, default_zone: tzinfo, misfire_threshold: timedelta = DEFAULT_MISFIRE_THRESHOLD
+    ) -> Trigger:
         """Build this task's trigger; a cron task without ``zone=`` uses *default_zone*."""
-        return make_trigger(**self.trigger_options, default_zone=default_zone)
+        return make_trigger(
+            **self.trigger_options,
+            default_zone=default_zone,
+            misfire_threshold=misfire_threshold,
+        )
 
 
 def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> TaskDefinition:

@@ -84,11 +84,24 @@ class _Series(Protocol):
     def last_at_or_before(self, moment: datetime, known: datetime) -> datetime: ...
 
 
+#: A fire time late by no more than this still runs, late: it is not "missed".
+DEFAULT_MISFIRE_THRESHOLD = timedelta(seconds=5)
+
+
 def _apply_missed(
-    first_due: datetime | None, now: datetime, missed: MissedRuns, series: _Series
+    first_due: datetime | None,
+    now: datetime,
+    missed: MissedRuns,
+    series: _Series,
+    threshold: timedelta,
 ) -> datetime | None:
-    """Apply the missed-runs policy to *first_due*, the earliest fire time not yet run."""
-    if first_due is None or first_due >= now or missed is MissedRuns.RUN_ALL:
+    """Apply the missed-runs policy to *first_due*, the earliest fire time not yet run.
+
+    Only a fire time late by more than *threshold* counts as missed. Below it, the fire time
+    runs, late: a short pause does not drop runs, and an instance whose clock runs ahead of
+    the others does not skip fire times that have not yet come for them.
+    """
+    if first_due is None or first_due >= now - threshold or missed is MissedRuns.RUN_ALL:
         return first_due
     if missed is MissedRuns.SKIP:
         return series.first_after(now - timedelta(microseconds=1))
@@ -102,6 +115,7 @@ class CronTrigger:
     expression: CronExpression
     zone: tzinfo = UTC
     missed: MissedRuns = MissedRuns.COALESCE
+    misfire_threshold: timedelta = DEFAULT_MISFIRE_THRESHOLD
     kind = "cron"
 
     def initial_anchor(self, *, now: datetime) -> datetime:
@@ -110,7 +124,9 @@ class CronTrigger:
     def next_fire_time(self, *, now: datetime, state: TriggerState) -> datetime | None:
         # Matches before the task was first scheduled are not "missed": start at the anchor.
         start = state.last_fire_time or state.anchor or now
-        return _apply_missed(self.first_after(start), now, self.missed, self)
+        return _apply_missed(
+            self.first_after(start), now, self.missed, self, self.misfire_threshold
+        )
 
     def first_after(self, moment: datetime) -> datetime | None:
         local = self.expression.next(moment.astimezone(self.zone))
@@ -149,6 +165,7 @@ class FixedRateTrigger:
     period: timedelta
     initial_delay: timedelta = timedelta(0)
     missed: MissedRuns = MissedRuns.COALESCE
+    misfire_threshold: timedelta = DEFAULT_MISFIRE_THRESHOLD
     kind = "fixed_rate"
 
     def __post_init__(self) -> None:
@@ -165,9 +182,10 @@ class FixedRateTrigger:
             first_due = anchor
         else:  # _Grid.first_after(last), inlined: this runs after every firing
             first_due = anchor + ((last - anchor) // self.period + 1) * self.period
-        if first_due >= now:
+        if first_due >= now - self.misfire_threshold:
             return first_due
-        return _apply_missed(first_due, now, self.missed, _Grid(anchor, self.period))
+        grid = _Grid(anchor, self.period)
+        return _apply_missed(first_due, now, self.missed, grid, self.misfire_threshold)
 
     def describe(self) -> str:
         text = f"every {format_duration(self.period)}"
@@ -251,6 +269,7 @@ def make_trigger(
     at: datetime | None = None,
     missed: MissedRuns | str = MissedRuns.COALESCE,
     default_zone: tzinfo = UTC,
+    misfire_threshold: timedelta = DEFAULT_MISFIRE_THRESHOLD,
 ) -> Trigger:
     """Build the trigger that ``@scheduled``'s options describe, or raise ``ValueError``."""
     options = {"cron": cron, "fixed_rate": fixed_rate, "fixed_delay": fixed_delay, "at": at}
@@ -272,10 +291,11 @@ def make_trigger(
     delay = parse_duration(0 if initial_delay is None else initial_delay, name="initial_delay")
     if cron is not None:
         expression = cron if isinstance(cron, CronExpression) else CronExpression.parse(cron)
-        return CronTrigger(expression, parse_zone(zone) if zone else default_zone, policy)
+        zone_info = parse_zone(zone) if zone else default_zone
+        return CronTrigger(expression, zone_info, policy, misfire_threshold)
     if fixed_rate is not None:
         period = parse_duration(fixed_rate, name="fixed_rate", allow_zero=False)
-        return FixedRateTrigger(period, delay, policy)
+        return FixedRateTrigger(period, delay, policy, misfire_threshold)
     if fixed_delay is not None:
         period = parse_duration(fixed_delay, name="fixed_delay", allow_zero=False)
         return FixedDelayTrigger(period, delay)

@@ -67,6 +67,22 @@ class TestFixedRate:
         state = TriggerState(anchor=T0, last_fire_time=T0)
         assert trigger.next_fire_time(now=T0 + s(10), state=state) == T0 + s(10)
 
+    def test_a_fire_time_late_by_less_than_the_threshold_still_runs(self):
+        # Slot 10 s is 3 s late at 13 s: below the 5 s threshold it runs, it is not coalesced
+        # away. This is also what an instance whose clock runs 3 s ahead sees.
+        state = TriggerState(anchor=T0, last_fire_time=T0)
+        assert self.trigger.next_fire_time(now=T0 + s(13), state=state) == T0 + s(10)
+        skip = FixedRateTrigger(period=s(1), missed=MissedRuns.SKIP)
+        assert skip.next_fire_time(now=T0 + s(4), state=state) == T0 + s(1)
+
+    def test_the_threshold_is_configurable(self):
+        strict = FixedRateTrigger(period=s(10), misfire_threshold=timedelta(0))
+        state = TriggerState(anchor=T0, last_fire_time=T0)
+        assert strict.next_fire_time(now=T0 + s(13), state=state) == T0 + s(10)  # newest <= now
+        assert strict.next_fire_time(now=T0 + s(23), state=state) == T0 + s(20)
+        lenient = make_trigger(fixed_rate="10s", misfire_threshold=timedelta(minutes=1))
+        assert lenient.next_fire_time(now=T0 + s(35), state=state) == T0 + s(10)
+
     def test_a_long_outage_coalesces_to_the_newest_slot(self):
         state = TriggerState(anchor=T0, last_fire_time=T0)
         now = T0 + timedelta(days=3, seconds=7)
@@ -152,6 +168,11 @@ class TestCron:
         assert trigger.next_fire_time(now=first, state=state) == datetime(
             2026, 11, 1, 6, 30, tzinfo=UTC
         )
+
+    def test_cron_fire_times_within_the_threshold_are_not_skipped(self):
+        trigger = CronTrigger(CronExpression.parse("* * * * * *"), UTC)
+        state = TriggerState(anchor=T0, last_fire_time=T0)
+        assert trigger.next_fire_time(now=T0 + s(2.5), state=state) == T0 + s(1)
 
     def test_describe_names_the_zone(self):
         trigger = CronTrigger(CronExpression.parse("0 0 3 * * *"), BERLIN)
