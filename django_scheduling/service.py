@@ -178,7 +178,12 @@ class SchedulerService:
             self._take_run_requests()
             if time.monotonic() - self._last_housekeeping >= HOUSEKEEPING_INTERVAL:
                 self._last_housekeeping = time.monotonic()
-                self._housekeeping()
+                # On a worker, not here: this thread also keeps running tasks' locks alive.
+                assert self.scheduler is not None
+                try:
+                    self.scheduler.pool.submit(self._housekeeping_guarded, label="housekeeping")
+                except RuntimeError:  # the pool is full (RejectedWork) or shutting down
+                    logger.info("Housekeeping postponed: the worker pool is busy")
         except (DatabaseError, LockError) as exc:
             logger.warning("Polling for run requests failed: %s", exc)
         finally:
@@ -202,6 +207,14 @@ class SchedulerService:
             if taken:
                 logger.info("Running %s now, as asked at %s", name, requested_at)
                 self.scheduler.run_now(name)
+
+    def _housekeeping_guarded(self) -> None:
+        try:
+            self._housekeeping()
+        except (DatabaseError, LockError) as exc:
+            logger.warning("Housekeeping failed: %s", exc)
+        finally:
+            close_old_connections()
 
     def _housekeeping(self) -> None:
         provider = get_lock_provider()

@@ -215,3 +215,21 @@ class ServiceTests(TransactionTestCase):
         rejected = TaskRun.objects.get(task_name="victim", status=RunStatus.REJECTED)
         self.assertEqual(rejected.scheduled_at, fire_time)
         self.assertIn("queue 100/100, threads 16/16", rejected.error_message)
+
+
+class HousekeepingServiceTests(TransactionTestCase):
+    def test_a_running_service_prunes_and_marks_lost_runs(self):
+        now = datetime.now(UTC)
+        old = run("gone", now - timedelta(days=31))
+        dead = run("dead", now - 10 * MINUTE, RunStatus.RUNNING)
+        TaskLock.objects.create(
+            name="dead", lock_until=now - MINUTE, locked_at=now - 10 * MINUTE, locked_by="x"
+        )
+        definitions = TaskRegistry()
+        definition = definitions.add(lambda: None, fixed_rate="1h", initial_delay="1h", name="t")
+        service = SchedulerService([definition])
+        service.start()
+        self.addCleanup(service.stop, 5)
+        poll(lambda: not TaskRun.objects.filter(pk=old.pk).exists(), timeout=15)
+        dead.refresh_from_db()
+        poll(lambda: TaskRun.objects.get(pk=dead.pk).status == RunStatus.LOST, timeout=15)

@@ -180,5 +180,21 @@ class SettingsTests(SimpleTestCase):
         self.assertEqual([m.id for m in messages], ["django_scheduling.E005"])
         self.assertIn("'elsewhere', which is not in DATABASES", messages[0].msg)
 
+    def test_unsupported_database_is_a_check_error_and_stops_the_scheduler(self):
+        from unittest import mock
+
+        from django.db import connections
+
+        from django_scheduling.service import SchedulerService
+
+        with mock.patch.object(connections["default"], "vendor", "postgresql"):
+            messages = scheduling_checks.check_settings()
+            self.assertEqual([m.id for m in messages], ["django_scheduling.E005"])
+            self.assertIn(
+                "is postgresql, which django_scheduling does not support", messages[0].msg
+            )
+            with self.assertRaisesMessage(ImproperlyConfigured, "not postgresql"):
+                SchedulerService([], tasks=TaskRegistry()).check()
+
     def test_the_project_passes_its_checks(self):
         self.assertEqual(scheduling_checks.check_settings(), [])
