@@ -210,7 +210,7 @@ class TaskRunner:
                 asyncio.run(definition.func())
             else:
                 definition.func()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in a task fails that run only
             duration = timedelta(seconds=time.perf_counter() - begun)
             logger.exception("Task %s failed after %s", spec.name, _ms(duration))
             _drop_broken_connections()

@@ -100,6 +100,13 @@ class ExecutionTests(TransactionTestCase):
         runner.run(entry, next_time)
         self.assertEqual(TaskRun.objects.count(), 2)
 
+    def test_sys_exit_in_a_task_fails_the_run_and_keeps_the_schedule(self):
+        runner = make_runner("a", self.clock)
+        entry = self.entry(runner, self.task(Calls(SystemExit(3)), fixed_rate="10s"))
+        self.assertEqual(runner.run(entry, T0), T0 + timedelta(seconds=10))
+        run = TaskRun.objects.get()
+        self.assertEqual((run.status, run.error_type), (RunStatus.FAILED, "builtins.SystemExit"))
+
     def test_the_same_firing_runs_once_across_instances(self):
         calls = Calls()
         definition = self.task(calls, fixed_rate="1s")
