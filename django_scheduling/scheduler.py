@@ -84,6 +84,9 @@ class Timer:
         self._cancelled: set[int] = set()
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start calling; calls registered before are kept."""
         self._thread.start()
 
     def call_at(self, when: float, fn: Callable[[], None]) -> int:
@@ -102,7 +105,8 @@ class Timer:
         with self._cond:
             self._stopped = True
             self._cond.notify()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def _loop(self) -> None:
         while True:
@@ -160,7 +164,8 @@ class Scheduler:
             name=name,
             on_reject=self._on_reject,
         )
-        self.timer: Timer | None = None
+        #: Calls functions at given times (lock keep-alive, polling); runs from start().
+        self.timer = Timer(f"{name}-timer")
         self.stopping = False
         self._state = _State()
         self._cond = threading.Condition()
@@ -199,7 +204,7 @@ class Scheduler:
         """Start the dispatcher thread."""
         if self._dispatcher is not None:
             raise RuntimeError("the scheduler has already been started")
-        self.timer = Timer(f"{self.name}-timer")
+        self.timer.start()
         self._dispatcher = threading.Thread(
             target=self._dispatch_loop, name=f"{self.name}-dispatcher", daemon=True
         )
@@ -214,8 +219,7 @@ class Scheduler:
         if self._dispatcher is not None and self._dispatcher is not threading.current_thread():
             self._dispatcher.join()
         still_running = self.pool.shutdown(wait=True, timeout=timeout)
-        if self.timer is not None:
-            self.timer.stop()
+        self.timer.stop()
         return still_running
 
     def wait_until_idle(self, timeout: float) -> bool:

@@ -101,8 +101,8 @@ class SchedulerService:
         first_times = {spec.name: self.scheduler.add(Entry(spec.name, spec)) for spec in self.specs}
         state.publish_next_fire_times(first_times, using=conf.database)
         close_old_connections()
+        self.runner.timer = self.scheduler.timer  # before the first firing can run
         self.scheduler.start()
-        self.runner.timer = self.scheduler.timer
         self._schedule_poll()
         logger.info("Scheduler started with %d task(s) as %s", len(self.specs), conf.instance_name)
 
@@ -167,7 +167,7 @@ class SchedulerService:
     # -- polling, on the scheduler's timer thread ----------------------------------------------
 
     def _schedule_poll(self) -> None:
-        if self.scheduler is not None and self.scheduler.timer is not None:
+        if self.scheduler is not None:
             self.scheduler.timer.call_at(time.monotonic() + POLL_INTERVAL, self._poll)
 
     def _poll(self) -> None:

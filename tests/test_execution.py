@@ -256,6 +256,7 @@ class ExecutionTests(TransactionTestCase):
         runner = make_runner("a", datetime.now)
         runner.clock = lambda: datetime.now(UTC)
         runner.timer = Timer()
+        runner.timer.start()
         self.addCleanup(runner.timer.stop)
         definition = self.task(long_task, fixed_rate="1h", lock_at_most_for="400ms")
         entry = self.entry(runner, definition)

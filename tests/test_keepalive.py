@@ -56,6 +56,7 @@ class Calls(list):
 class KeepAliveTests(SimpleTestCase):
     def setUp(self):
         self.timer = Timer()
+        self.timer.start()
         self.addCleanup(self.timer.stop)
         self.calls = Calls()
 
