@@ -133,10 +133,23 @@ class CronTrigger:
         return None if local is None else local.astimezone(UTC)
 
     def last_at_or_before(self, moment: datetime, known: datetime) -> datetime:
-        latest = known
-        while (candidate := self.first_after(latest)) is not None and candidate <= moment:
-            latest = candidate
-        return latest
+        """Return the newest match at or before *moment*, or *known* (an older match).
+
+        Cron cannot step backwards, so look back from *moment* through a window that doubles
+        until it holds a match: after a month away, an every-second expression is not walked
+        second by second, and a yearly one takes a few dozen steps.
+        """
+        window = timedelta(seconds=1)
+        while True:
+            start = moment - window
+            latest = known if start <= known else None
+            candidate = self.first_after(max(start, known))
+            while candidate is not None and candidate <= moment:
+                latest = candidate
+                candidate = self.first_after(candidate)
+            if latest is not None:
+                return latest
+            window *= 2
 
     def describe(self) -> str:
         return f"cron {self.expression} {getattr(self.zone, 'key', self.zone)}"

@@ -169,6 +169,21 @@ class TestCron:
             2026, 11, 1, 6, 30, tzinfo=UTC
         )
 
+    def test_a_month_long_outage_of_a_dense_cron_coalesces_to_the_newest_match(self):
+        trigger = CronTrigger(CronExpression.parse("*/7 * * * * *"), BERLIN)
+        last = datetime(2026, 3, 1, 3, tzinfo=UTC)
+        now = datetime(2026, 4, 1, 10, 0, 30, 500000, tzinfo=UTC)
+        state = TriggerState(anchor=last, last_fire_time=last)
+        # Seconds 0, 7, ..., 28 match; the newest at or before 10:00:30.5 is 10:00:28.
+        assert trigger.next_fire_time(now=now, state=state) == now.replace(second=28, microsecond=0)
+
+    def test_coalescing_a_sparse_cron_finds_the_newest_match_far_back(self):
+        trigger = CronTrigger(CronExpression.parse("0 0 3 1 1 *"), UTC)  # 1 January, 03:00
+        last = datetime(2020, 1, 1, 3, tzinfo=UTC)
+        now = datetime(2026, 7, 1, tzinfo=UTC)
+        state = TriggerState(anchor=last, last_fire_time=last)
+        assert trigger.next_fire_time(now=now, state=state) == datetime(2026, 1, 1, 3, tzinfo=UTC)
+
     def test_cron_fire_times_within_the_threshold_are_not_skipped(self):
         trigger = CronTrigger(CronExpression.parse("* * * * * *"), UTC)
         state = TriggerState(anchor=T0, last_fire_time=T0)
