@@ -10,9 +10,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from .conf import get_settings
+from .locking import SUPPORTED_VENDORS
 from .registry import registry
-
-SUPPORTED_VENDORS = ("sqlite", "mysql")
 
 
 @checks.register("django_scheduling")

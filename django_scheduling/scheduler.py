@@ -300,7 +300,7 @@ class Scheduler:
         firing = work.fn
         if not isinstance(firing, Firing):
             return
-        if policy is RejectionPolicy.CALLER_RUNS and not self.pool_shut_down:
+        if policy is RejectionPolicy.CALLER_RUNS and not self.stopping:
             return  # the pool runs it in the dispatcher thread
         entry = firing.entry
         try:
@@ -310,10 +310,6 @@ class Scheduler:
             logger.exception("Recording the rejection of %s failed", entry.name)
             next_time = None
         self._finish(entry, next_time, reschedule=True)
-
-    @property
-    def pool_shut_down(self) -> bool:
-        return self.stopping
 
     # -- running one firing (in a worker thread) -----------------------------------------------
 

@@ -18,7 +18,7 @@ from . import history, state
 from .clock import utcnow
 from .conf import SchedulingSettings, get_settings
 from .execution import TaskRunner, TaskSpec
-from .locking import LockConfiguration, LockError, get_lock_provider
+from .locking import SUPPORTED_VENDORS, LockConfiguration, LockError, get_lock_provider
 from .models import ScheduledTask
 from .registry import TaskDefinition, TaskRegistry, registry
 from .scheduler import Entry, Scheduler
@@ -68,7 +68,7 @@ class SchedulerService:
                 "shows them too):\n  " + "\n  ".join(errors)
             )
         vendor = connections[self.conf.database].vendor
-        if vendor not in ("sqlite", "mysql"):
+        if vendor not in SUPPORTED_VENDORS:
             raise ImproperlyConfigured(
                 f"django_scheduling supports MySQL/MariaDB and SQLite, not {vendor}; "
                 "set SCHEDULING['DATABASE'] to an alias of a supported database"

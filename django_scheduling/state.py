@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError
+from django.db.models import Q
 
 from .models import ScheduledTask
 from .triggers import Trigger, TriggerState
@@ -71,7 +72,6 @@ def sync_tasks(
             manager.filter(name=name).update(**changes)
             for field, value in changes.items():
                 setattr(row, field, value)
-        row.next_fire_time = trigger.next_fire_time(now=now, state=_state(row))
     if complete:
         names = {name for name, _ in tasks}
         stale = [n for n, row in rows.items() if n not in names and row.removed_at is None]
@@ -113,8 +113,6 @@ def claim(
 
     Return whether this call moved it: only the caller that did runs the firing.
     """
-    from django.db.models import Q
-
     updated = (
         ScheduledTask.objects.using(using)
         .filter(Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=fire_time), name=name)
