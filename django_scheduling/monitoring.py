@@ -13,7 +13,7 @@ from django.db.models import Case, F, Q, QuerySet, Value, When
 
 from .models import RunStatus, ScheduledTask
 
-__all__ = ["TaskState", "task_state", "annotate_state", "overdue_tasks"]
+__all__ = ["TaskState", "annotate_state", "overdue_tasks"]
 
 
 class TaskState(enum.StrEnum):
@@ -62,29 +62,6 @@ def annotate_state(
             default=Value(2),
         ),
     )
-
-
-def task_state(task: ScheduledTask, *, now: datetime, overdue_after: timedelta) -> TaskState:
-    """Return the state of one task; the same rule as ``annotate_state``, in Python."""
-    if task.removed_at is not None:
-        return TaskState.REMOVED
-    if task.last_run_id is not None and task.last_run.status == RunStatus.RUNNING:
-        return TaskState.RUNNING
-    started = task.last_fire_time is not None and (
-        task.next_fire_time is None or task.last_fire_time >= task.next_fire_time
-    )
-    if (
-        not task.paused
-        and task.next_fire_time is not None
-        and task.next_fire_time < now - overdue_after
-        and not started
-    ):
-        return TaskState.OVERDUE
-    if task.paused:
-        return TaskState.PAUSED
-    if task.next_fire_time is None:
-        return TaskState.DONE
-    return TaskState.UPCOMING
 
 
 def overdue_tasks(
