@@ -230,15 +230,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
         "error_message",
         "traceback_text",
     ]
-    readonly_fields = [
-        "task",
-        "status_badge",
-        "scheduled",
-        "started",
-        "finished",
-        "duration_text",
-        "traceback_text",
-    ]
+    readonly_fields = fields  # the history is never edited
     scheduled = time_column("scheduled_at", _("scheduled for"))
     started = time_column("started_at", _("started at"))
     finished = time_column("finished_at", _("finished at"))

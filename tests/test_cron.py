@@ -16,24 +16,12 @@ import pytest
 
 from django_scheduling.cron import CronExpression, InvalidCronExpression
 
+from .cron_chain import chain
+
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
 SAO_PAULO = ZoneInfo("America/Sao_Paulo")
 CAIRO = ZoneInfo("Africa/Cairo")
-
-
-def chain(expression: str, start: datetime, count: int) -> list[datetime | None]:
-    """Return *count* successive next() results from *start*, stopping at None."""
-    cron = CronExpression.parse(expression)
-    results: list[datetime | None] = []
-    current: datetime | None = start
-    for _ in range(count):
-        assert current is not None
-        current = cron.next(current)
-        results.append(current)
-        if current is None:
-            break
-    return results
 
 
 def naive(*values: str) -> list[datetime]:

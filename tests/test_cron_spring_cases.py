@@ -16,23 +16,13 @@ import pytest
 
 from django_scheduling.cron import CronExpression
 
+from .cron_chain import chain
+
 DATA = Path(__file__).parent / "data"
 CASES = json.loads((DATA / "cron_cases.json").read_text())
 EQUIVALENCES = json.loads((DATA / "cron_equivalences.json").read_text())
 
 BERLIN = ZoneInfo("Europe/Berlin")
-
-
-def _chain(expression: CronExpression, start: datetime, count: int) -> list[datetime | None]:
-    results: list[datetime | None] = []
-    current: datetime | None = start
-    for _ in range(count):
-        assert current is not None
-        current = expression.next(current)
-        results.append(current)
-        if current is None:
-            break
-    return results
 
 
 def _instants(values: list[datetime | None]) -> list[datetime | None]:
@@ -55,13 +45,13 @@ def test_spring_case(case: dict) -> None:
     if case["zone"] == "UTC":
         # Spring's LocalDateTime tests: the same wall times, naive and in aware UTC.
         naive = [None if value is None else value.replace(tzinfo=None) for value in expected]
-        assert _chain(expression, start.replace(tzinfo=None), len(expected)) == naive
-        aware = _chain(expression, start.astimezone(UTC), len(expected))
+        assert chain(expression, start.replace(tzinfo=None), len(expected)) == naive
+        aware = chain(expression, start.astimezone(UTC), len(expected))
         assert aware == expected
         assert all(value is None or value.tzinfo is UTC for value in aware)
     else:
         zone = ZoneInfo(case["zone"])
-        results = _chain(expression, start.astimezone(zone), len(expected))
+        results = chain(expression, start.astimezone(zone), len(expected))
         assert len(results) == len(expected)
         for result, wanted in zip(results, expected, strict=True):
             if wanted is None:
@@ -96,9 +86,9 @@ def test_equivalent_expressions(pair: dict) -> None:
     assert first == second
     assert hash(first) == hash(second)
     for start in EQUIVALENCE_STARTS:
-        assert _chain(first, start, 25) == _chain(second, start, 25)
+        assert chain(first, start, 25) == chain(second, start, 25)
         zoned = start.replace(tzinfo=BERLIN)
-        assert _instants(_chain(first, zoned, 25)) == _instants(_chain(second, zoned, 25))
+        assert _instants(chain(first, zoned, 25)) == _instants(chain(second, zoned, 25))
 
 
 @pytest.mark.parametrize("macro, expansion", sorted(EQUIVALENCES["macros"].items()))
