@@ -11,7 +11,7 @@ from django.db import connections
 
 from .conf import get_settings
 from .locking import SUPPORTED_VENDORS
-from .registry import registry
+from .registry import TaskDefinition, registry
 
 
 @checks.register("django_scheduling")
@@ -29,7 +29,7 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
             field = definition.error_field or "trigger"
             errors.append(
                 checks.Error(
-                    f"Task {definition.name!r} ({definition.origin}): {definition.error}",
+                    f"Task {_label(definition)}: {definition.error}",
                     hint=hints.get(field),
                     obj=definition.origin,
                     id=f"django_scheduling.{ids.get(field, 'E001')}",
@@ -88,3 +88,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     return errors
+
+
+def _label(definition: TaskDefinition) -> str:
+    """Name the task, and its function when the name does not already say it."""
+    if definition.name == definition.origin:
+        return repr(definition.name)
+    return f"{definition.name!r} ({definition.origin})"
