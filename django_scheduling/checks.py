@@ -18,10 +18,11 @@ from .registry import TaskDefinition, registry
 def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Report tasks whose trigger, lock options or name are wrong, and duplicate names."""
     errors: list[checks.CheckMessage] = []
-    ids = {"trigger": "E001", "lock": "E003", "name": "E007"}
+    ids = {"trigger": "E001", "lock": "E003", "recover": "E003", "name": "E007"}
     hints = {
         "trigger": "Fix the options of @scheduled(...); the README lists them with examples.",
         "lock": "lock_at_most_for must be positive and at least lock_at_least_for.",
+        "recover": "recover=True works with locked tasks only.",
         "name": "Give the task a shorter or non-empty name='...'.",
     }
     for definition in registry:

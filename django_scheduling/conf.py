@@ -7,7 +7,6 @@ The setting is read the first time a value is needed, never at import, and read 
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -42,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "OVERDUE_AFTER": "1m",
     "MISFIRE_THRESHOLD": "5s",
     "INSTANCE_NAME": None,
+    "HOUSEKEEPING_INTERVAL": "1m",
 }
 
 REJECTION_POLICIES = ("abort", "caller_runs", "discard", "discard_oldest")
@@ -69,6 +69,7 @@ class SchedulingSettings:
     overdue_after: timedelta
     misfire_threshold: timedelta
     instance_name: str
+    housekeeping_interval: timedelta = timedelta(minutes=1)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> SchedulingSettings:
@@ -163,12 +164,15 @@ class SchedulingSettings:
             overdue_after=duration("OVERDUE_AFTER", allow_zero=False),
             misfire_threshold=duration("MISFIRE_THRESHOLD"),
             instance_name=instance or default_instance_name(),
+            housekeeping_interval=duration("HOUSEKEEPING_INTERVAL", allow_zero=False),
         )
 
 
 def default_instance_name() -> str:
-    """Return ``host:pid`` for this process; it changes after a fork, as it should."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """Return ``host:pid:start`` for this process; it changes after a fork, as it should."""
+    from .process import identity
+
+    return identity()
 
 
 _cached: SchedulingSettings | None = None

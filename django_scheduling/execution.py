@@ -1,15 +1,21 @@
-"""Run one firing: take the lock, agree on the fire time, call the task, record the run, release.
+"""Run one firing: lock, decide, claim, call, record, release.
 
-The order of a firing of a locked task:
+The path of a firing of a locked task, top to bottom:
 
-1. Take the task's lock. Held elsewhere: skip quietly. Database unreachable: do not run (fail
-   closed), and try again with a back-off.
-2. Under the lock, read the task's row and compute the fire time due now from the shared state
-   (anchor, last fire time, last finish). Already run by another instance, or not due yet: skip.
-3. Record the run, move the row's last fire time to it (the claim), call the function while a
-   timer keeps the lock alive, record the outcome, release the lock.
+1. ``_run_locked`` takes the task's lock. Held elsewhere: skip, and look again while the fire
+   time is still within ``MISFIRE_THRESHOLD`` (the holder may have died without claiming it).
+   Database unreachable: do not run (fail closed), back off.
+2. Under the lock it reads the task's row, and ``decisions.decide`` says what to do: run this
+   fire time, or skip (already run elsewhere, paused, trigger changed by a newer deployment).
+3. ``_execute`` records the run, claims the fire time (a conditional update: the row count
+   says who runs it), calls the task while ``KeepAlive`` extends the lock, records the outcome
+   (fenced by the claim, so a run that lost its lock cannot overwrite a newer run's state),
+   and the lock is released. From the claim on, the run has happened: a database error after
+   it is "could not record", kept in the outbox until the database takes it, never "did not
+   run".
 
-A task with ``lock=False`` runs on every instance and keeps its schedule in memory.
+A task with ``lock=False`` runs on every instance and keeps its schedule in memory. Every
+next fire time comes from ``_next()``.
 """
 
 from __future__ import annotations
@@ -23,18 +29,21 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 from django.utils import timezone, translation
 
 from . import history, signals, state
 from .clock import utcnow
 from .conf import SchedulingSettings
-from .keepalive import KeptAliveLock
+from .context import current_fire_time, firing_context
+from .decisions import TRIGGER_CHANGED, Run, Skip, decide
+from .keepalive import KeepAlive, KeptAliveLock
 from .locking import LockConfiguration, LockError, LockProvider
 from .models import RunStatus
+from .outbox import Outbox
 from .pool import PoolStats
 from .registry import TaskDefinition
-from .scheduler import Entry, Timer
+from .scheduler import Entry, Firing, RunRequest
 from .triggers import Trigger, TriggerState
 
 __all__ = ["TaskSpec", "TaskRunner", "current_fire_time"]
@@ -42,12 +51,12 @@ __all__ = ["TaskSpec", "TaskRunner", "current_fire_time"]
 logger = logging.getLogger(__name__)
 
 _MAX_BACKOFF = 60.0
-_context = threading.local()
-
-
-def current_fire_time() -> datetime | None:
-    """Return the fire time the running task serves (``None`` in a manual run or outside)."""
-    return getattr(_context, "fire_time", None)
+#: While a fire time is within the misfire threshold and its lock is held elsewhere, look
+#: again this often: the holder may have died before claiming it.
+LOCKED_RECHECK = timedelta(seconds=1)
+#: A lock held elsewhere through a streak of skips longer than this (and than any run of the
+#: task here) is looked at, and reported when the same holder still has it.
+LOCKED_REPORT_AFTER = timedelta(minutes=1)
 
 
 @dataclass
@@ -58,11 +67,24 @@ class TaskSpec:
     trigger: Trigger
     lock_config: LockConfiguration | None
     state: TriggerState
-    failures: int = 0
+    described: str = ""
+    failures: int = 0  # database errors in a row
+    #: A fire time skipped as locked that is looked at again, while it may still be run.
+    recheck: datetime | None = None
+    locked_since: datetime | None = None
+    locked_holder: tuple[Any, Any] | None = None
+    longest_run: timedelta = timedelta(0)
+    warned_trigger: str | None = None
 
     @property
     def name(self) -> str:
         return self.definition.name
+
+
+@dataclass
+class _Running:
+    run_id: int | None
+    held: KeptAliveLock | None
 
 
 class TaskRunner:
@@ -75,16 +97,27 @@ class TaskRunner:
         provider: LockProvider,
         default_zone: Any,
         clock: Any = utcnow,
+        keepalive: KeepAlive | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         self.conf = conf
         self.provider = provider
         self.default_zone = default_zone
         self.clock = clock
         self.using = conf.database
-        self.timer: Timer | None = None
-        self.skipped = 0
-        self._running_runs: dict[str, int] = {}
-        self._runs_lock = threading.Lock()
+        self.keepalive = keepalive
+        self.outbox = outbox if outbox is not None else Outbox()
+        #: Set when a firing met an unreachable database; the service clears it, and wakes
+        #: the entries that back off, once a statement succeeds again.
+        self.outage = threading.Event()
+        self._counts_lock = threading.Lock()
+        self._skipped = 0
+        self._running: dict[str, _Running] = {}
+
+    @property
+    def skipped(self) -> int:
+        with self._counts_lock:
+            return self._skipped
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -96,7 +129,10 @@ class TaskRunner:
         states = state.sync_tasks(
             [(d.name, t) for d, t in built], now=now, using=self.using, complete=complete
         )
-        return [TaskSpec(d, t, self._lock_config(d), states[d.name]) for d, t in built]
+        return [
+            TaskSpec(d, t, self._lock_config(d), states[d.name], state.describe(t))
+            for d, t in built
+        ]
 
     def _lock_config(self, definition: TaskDefinition) -> LockConfiguration | None:
         if not definition.lock:
@@ -111,157 +147,202 @@ class TaskRunner:
         spec: TaskSpec = entry.payload
         return spec.trigger.next_fire_time(now=now, state=spec.state)
 
+    def _next(self, spec: TaskSpec) -> datetime | None:
+        """Return when *spec* fires next, from its state as last known: the one place."""
+        return spec.trigger.next_fire_time(now=self.clock(), state=spec.state)
+
     # -- one firing ----------------------------------------------------------------------------
 
-    def run(self, entry: Entry, fire_time: datetime | None) -> datetime | None:
+    def run(self, entry: Entry, firing: Firing) -> datetime | None:
+        """Run one firing of *entry* and return when it fires next; never raise."""
         spec: TaskSpec = entry.payload
         close_old_connections()
         try:
             if spec.lock_config is None:
-                return self._run_unlocked(spec, fire_time)
-            return self._run_locked(spec, fire_time)
+                return self._run_unlocked(spec, firing)
+            return self._run_locked(spec, firing)
+        except Exception as exc:
+            return self._back_off(spec, firing, exc)
         finally:
             close_old_connections()
             # What a task activated on this thread must not leak into the next task on it.
             translation.deactivate()
             timezone.deactivate()
 
-    def _run_unlocked(self, spec: TaskSpec, fire_time: datetime | None) -> datetime | None:
-        row = self._read_row(spec)
-        if row is not None and row.paused and fire_time is not None:
-            return self._skip(spec, fire_time, "paused", advance=True)
-        if fire_time is not None:
-            spec.state = replace(spec.state, last_fire_time=fire_time)
-        self._execute(spec, fire_time, claim=False)
-        return spec.trigger.next_fire_time(now=self.clock(), state=spec.state)
-
-    def _run_locked(self, spec: TaskSpec, fire_time: datetime | None) -> datetime | None:
-        assert spec.lock_config is not None
-        try:
-            lock = self.provider.lock(spec.lock_config)
-        except LockError as exc:
-            return self._database_down(spec, fire_time, exc)
-        if lock is None:
-            return self._skip(spec, fire_time, "locked", advance=True)
-        held = KeptAliveLock(lock, self.timer, spec.name)
-        try:
-            row = self._read_row(spec)
-            spec.failures = 0
-            if row is None:
-                state.ensure_row(spec.name, spec.trigger, now=self.clock(), using=self.using)
-                row = self._read_row(spec)
-            spec.state = row.state if row is not None else spec.state
-            if fire_time is None:  # a manual run
-                self._execute(spec, None, claim=False)
-                return spec.trigger.next_fire_time(now=self.clock(), state=spec.state)
-            now = self.clock()
+    def _run_unlocked(self, spec: TaskSpec, firing: Firing) -> datetime | None:
+        """Run on this instance whatever the others do; the schedule is kept in memory."""
+        row = state.read_row(spec.name, using=self.using)
+        self._database_answered(spec)
+        now = self.clock()
+        if isinstance(firing, RunRequest):
+            decision: Run | Skip = Run(None, request=firing)
+            if row is not None:
+                decision = decide(spec.trigger, spec.described, row, now=now, firing=firing)
+            if isinstance(decision, Skip):
+                self._count_skip(spec, None, decision.reason)
+                return self._next(spec)
+        else:
             due = spec.trigger.next_fire_time(now=now, state=spec.state)
-            if due is None or due > now:
-                self._skip(spec, fire_time, "already run", advance=False)
+            if due is None or due > now:  # woken early, after a back-off
                 return due
             if row is not None and row.paused:
-                state.claim(spec.name, due, using=self.using, run_id=None, next_fire_time=None)
-                spec.state = replace(spec.state, last_fire_time=due)
-                self._skip(spec, due, "paused", advance=False)
+                return self._skipped_firing(spec, due, "paused", assume_ran=True)
+            decision = Run(due)
+        if decision.fire_time is not None and decision.request is None:
+            spec.state = replace(spec.state, last_fire_time=decision.fire_time)
+        self._execute(spec, decision, row, held=None)
+        return self._next(spec)
+
+    def _run_locked(self, spec: TaskSpec, firing: Firing) -> datetime | None:
+        assert spec.lock_config is not None
+        if isinstance(firing, datetime) and spec.recheck is not None:
+            if self._claimed_since(spec):
                 return self._next(spec)
-            self._execute(spec, due, claim=True)
+        lock = self.provider.lock(spec.lock_config)
+        if lock is None:
+            return self._locked_elsewhere(spec, firing)
+        spec.recheck = spec.locked_since = spec.locked_holder = None
+        held = self.keepalive.hold(lock, spec.name) if self.keepalive is not None else None
+        if held is None:
+            held = KeptAliveLock(lock, spec.name, None)
+        run_id: int | None = None
+        fire_time: datetime | None = None
+        try:
+            row = state.read_row(spec.name, using=self.using)
+            self._database_answered(spec)
+            if row is None:  # deleted while the scheduler ran
+                state.ensure_row(spec.name, spec.trigger, now=self.clock(), using=self.using)
+                row = state.read_row(spec.name, using=self.using)
+                assert row is not None
+            spec.state = row.state
+            decision = decide(spec.trigger, spec.described, row, now=self.clock(), firing=firing)
+            if isinstance(decision, Skip):
+                return self._decided_skip(spec, firing, decision)
+            fire_time = decision.fire_time
+            run_id = self._execute(spec, decision, row, held)
             return self._next(spec)
-        except Exception as exc:
-            if _is_database_error(exc):
-                return self._database_down(spec, fire_time, exc)
-            raise
         finally:
-            held.release()
+            if not held.release() and run_id is not None:
+                self._lock_lost(spec, run_id, fire_time)
 
-    def _next(self, spec: TaskSpec) -> datetime | None:
-        return spec.trigger.next_fire_time(now=self.clock(), state=spec.state)
+    def _claimed_since(self, spec: TaskSpec) -> bool:
+        """Return whether the fire time being looked at again was claimed meanwhile (one read,
+        without the lock); if so, the schedule moves on from it."""
+        assert spec.recheck is not None
+        claimed = state.read_last_fire_time(spec.name, using=self.using)
+        self._database_answered(spec)
+        if claimed is None or claimed < spec.recheck:
+            return False
+        spec.state = replace(spec.state, last_fire_time=claimed)
+        spec.recheck = None
+        self._count_skip(spec, claimed, "already run")
+        return True
 
-    def _read_row(self, spec: TaskSpec) -> state.TaskRow | None:
-        return state.read_row(spec.name, using=self.using)
+    def _execute(
+        self, spec: TaskSpec, decision: Run, row: state.TaskRow | None, held: KeptAliveLock | None
+    ) -> int | None:
+        """Take the run (claim or request), call the task and record its end; return the run id.
 
-    def _execute(self, spec: TaskSpec, fire_time: datetime | None, *, claim: bool) -> None:
-        """Record the run, claim *fire_time* when asked, call the task and record its end."""
-        definition = spec.definition
+        Return ``None`` also when another instance took the firing first.
+        """
+        fire_time, request = decision.fire_time, decision.request
         started = self.clock()
-        run_id = self._record_start(spec, fire_time, started)
+        locked_at = held.lock.locked_at if held is not None and held.lock is not None else None
+        run_id = self._record_start(spec, fire_time, started, request, locked_at)
         planned: datetime | None = None
-        if claim:
-            assert fire_time is not None
-            planned = spec.trigger.next_fire_time(
-                now=started, state=replace(spec.state, last_fire_time=fire_time)
-            )
-            if not state.claim(
-                spec.name, fire_time, using=self.using, run_id=run_id, next_fire_time=planned
-            ):
-                # Cannot happen while the lock is held; never run a firing twice if it does.
-                self._record_end(run_id, RunStatus.LOST, started, error=("", "claim lost", ""))
-                return
+        seen = row.state.last_fire_time if row is not None else None
+        try:
+            if decision.claim:
+                assert fire_time is not None
+                planned = spec.trigger.next_fire_time(
+                    now=started, state=replace(spec.state, last_fire_time=fire_time)
+                )
+                taken = state.claim(
+                    spec.name,
+                    fire_time,
+                    using=self.using,
+                    trigger=spec.described,
+                    run_id=run_id,
+                    next_fire_time=planned,
+                )
+                seen = fire_time
+            elif request is not None and request.recover_run_id is not None:
+                taken = state.take_recovery(spec.name, request.recover_run_id, using=self.using)
+            elif request is not None and request.requested_at is not None:
+                taken = state.take_run_request(spec.name, request.requested_at, using=self.using)
+            else:
+                taken = True
+        except DatabaseError:
+            self._forget_start(run_id)
+            raise
+        if not taken:  # another instance was first (or a newer deployment synced the row)
+            self._forget_start(run_id)
+            self._count_skip(spec, fire_time, "already run")
+            return None
+        if decision.claim:
             spec.state = replace(spec.state, last_fire_time=fire_time)
-        with self._runs_lock:
-            if run_id is not None:
-                self._running_runs[spec.name] = run_id
-        common = {"task": definition, "scheduled_at": fire_time, "run": run_id}
-        _send(signals.run_started, spec.name, **common)
+        with self._counts_lock:
+            self._running[spec.name] = _Running(run_id, held)
+        try:
+            status, error, duration, exc = self._call(spec, fire_time, run_id)
+        finally:
+            with self._counts_lock:
+                self._running.pop(spec.name, None)
+        spec.longest_run = max(spec.longest_run, duration)
+        finished = self.clock()
+        spec.state = replace(spec.state, last_finished=finished)
+        self._record_end(spec, run_id, status, started, finished, error, planned, seen)
+        common = {"task": spec.definition, "scheduled_at": fire_time, "run": run_id}
+        if exc is None:
+            _send(signals.run_succeeded, spec.name, duration=duration, **common)
+        else:
+            _send(signals.run_failed, spec.name, exception=exc, duration=duration, **common)
+        return run_id
+
+    def _call(
+        self, spec: TaskSpec, fire_time: datetime | None, run_id: int | None
+    ) -> tuple[RunStatus, tuple[str, str, str], timedelta, BaseException | None]:
+        """Call the task; return its status, error, duration and exception."""
+        definition = spec.definition
+        _send(
+            signals.run_started,
+            spec.name,
+            task=definition,
+            scheduled_at=fire_time,
+            run=run_id,
+        )
         logger.info("Running %s (scheduled for %s)", spec.name, _when(fire_time))
         begun = time.perf_counter()
-        _context.fire_time = fire_time
         try:
-            if definition.is_async:
-                asyncio.run(definition.func())
-            else:
-                definition.func()
+            with firing_context(fire_time):
+                if definition.is_async:
+                    asyncio.run(definition.func())
+                else:
+                    definition.func()
         except (Exception, SystemExit) as exc:  # sys.exit() in a task fails that run only
             duration = timedelta(seconds=time.perf_counter() - begun)
             logger.exception("Task %s failed after %s", spec.name, _ms(duration))
-            _drop_broken_connections()
+            # A failed task may leave its connection unusable; the run is still recorded.
+            close_old_connections()
             error = (
                 f"{type(exc).__module__}.{type(exc).__qualname__}",
                 str(exc),
                 traceback.format_exc(),
             )
-            self._finish(spec, run_id, RunStatus.FAILED, started, planned, error=error)
-            _send(signals.run_failed, spec.name, exception=exc, duration=duration, **common)
-        else:
-            duration = timedelta(seconds=time.perf_counter() - begun)
-            logger.info("Task %s succeeded in %s", spec.name, _ms(duration))
-            self._finish(spec, run_id, RunStatus.SUCCEEDED, started, planned)
-            _send(signals.run_succeeded, spec.name, duration=duration, **common)
-        finally:
-            _context.fire_time = None
+            return RunStatus.FAILED, error, duration, exc
+        duration = timedelta(seconds=time.perf_counter() - begun)
+        logger.info("Task %s succeeded in %s", spec.name, _ms(duration))
+        return RunStatus.SUCCEEDED, ("", "", ""), duration, None
 
-    def _finish(
-        self,
-        spec: TaskSpec,
-        run_id: int | None,
-        status: RunStatus,
-        started: datetime,
-        planned: datetime | None,
-        *,
-        error: tuple[str, str, str] = ("", "", ""),
-    ) -> None:
-        """Record the end of a run; the task row only when the claim did not say it all."""
-        finished = self._record_end(run_id, status, started, error=error)
-        spec.state = replace(spec.state, last_finished=finished)
-        with self._runs_lock:
-            self._running_runs.pop(spec.name, None)
-        next_time = self._next(spec)
-        claimed = planned is not None
-        # A claim already stored the run and the planned next fire time; only a fixed-delay
-        # task (whose next start depends on this finish), a run that overran its next fire
-        # time, or a run without a claim (manual, unlocked) needs another write.
-        if spec.trigger.kind == "fixed_delay" or not claimed or next_time != planned:
-            state.record_finish(
-                spec.name,
-                using=self.using,
-                finished_at=finished if spec.lock_config is not None else None,
-                next_fire_time=next_time,
-                run_id=None if claimed else run_id,
-            )
-
-    # -- history -------------------------------------------------------------------------------
+    # -- recording -----------------------------------------------------------------------------
 
     def _record_start(
-        self, spec: TaskSpec, fire_time: datetime | None, started: datetime
+        self,
+        spec: TaskSpec,
+        fire_time: datetime | None,
+        started: datetime,
+        request: RunRequest | None,
+        locked_at: datetime | None,
     ) -> int | None:
         if not self.conf.history:
             return None
@@ -271,62 +352,226 @@ class TaskRunner:
             fire_time=fire_time,
             started=started,
             instance=self.conf.instance_name,
+            recovery_of=request.recover_run_id if request is not None else None,
+            locked_at=locked_at,
         )
+
+    def _forget_start(self, run_id: int | None) -> None:
+        if run_id is None:
+            return
+        try:
+            history.forget_start(using=self.using, run_id=run_id)
+        except DatabaseError as exc:
+            logger.warning(
+                "Could not remove the record of run %s, which did not run: %s", run_id, exc
+            )
 
     def _record_end(
         self,
+        spec: TaskSpec,
         run_id: int | None,
         status: RunStatus,
         started: datetime,
-        *,
-        error: tuple[str, str, str] = ("", "", ""),
-    ) -> datetime:
-        finished = self.clock()
-        if run_id is not None:
-            history.record_end(
+        finished: datetime,
+        error: tuple[str, str, str],
+        planned: datetime | None,
+        seen: datetime | None,
+    ) -> None:
+        """Record the end of a run: its history row, and the task row when the claim did not
+        say it all. A database error keeps both in the outbox: the run happened."""
+        next_time = self._next(spec)
+        # A claim already stored the run and the planned next fire time; only a fixed-delay
+        # task (whose next start depends on this finish), a run that overran its next fire
+        # time, or a run without a claim (manual, unlocked) needs another write.
+        claimed = planned is not None
+        write_row = spec.trigger.kind == "fixed_delay" or not claimed or next_time != planned
+        locked = spec.lock_config is not None
+
+        def write() -> None:
+            if run_id is not None:
+                history.record_end(
+                    using=self.using,
+                    run_id=run_id,
+                    status=status,
+                    started=started,
+                    finished=finished,
+                    error=error,
+                )
+            if write_row and not state.record_finish(
+                spec.name,
                 using=self.using,
-                run_id=run_id,
-                status=status,
-                started=started,
-                finished=finished,
-                error=error,
+                seen_fire_time=seen,
+                finished_at=finished if locked else None,
+                next_fire_time=next_time,
+                run_id=None if claimed else run_id,
+            ):
+                if locked and claimed:
+                    # A newer claim: this run lost its lock to another instance meanwhile.
+                    self._lock_lost(spec, run_id, seen)
+
+        try:
+            write()
+        except DatabaseError as exc:
+            logger.error(
+                "Task %s ran (%s) but its end could not be recorded: the database is "
+                "unavailable (%s). Recording it when the database is back.",
+                spec.name,
+                status,
+                exc,
             )
-        return finished
+            self.outbox.add(f"the end of run {run_id} of {spec.name}", write)
+
+    def _lock_lost(self, spec: TaskSpec, run_id: int | None, fire_time: datetime | None) -> None:
+        """Report a run whose lock expired or was taken over while it ran: flag it, name the
+        newer run, and send ``lock_lost``."""
+        other: int | None = None
+        try:
+            row = state.read_row(spec.name, using=self.using)
+            if row is not None and row.last_run_id != run_id:
+                other = row.last_run_id
+            if run_id is not None:
+                history.flag_lock_lost(using=self.using, run_id=run_id)
+        except DatabaseError:
+            if run_id is not None:
+                flag = lambda: history.flag_lock_lost(using=self.using, run_id=run_id)  # noqa: E731
+                self.outbox.add(f"the lock_lost flag of run {run_id}", flag)
+        logger.warning(
+            "Run %s of %s (scheduled for %s) lost its lock while it ran: it expired, or another "
+            "instance took it over; %s. Raise lock_at_most_for, or look for a frozen process.",
+            run_id,
+            spec.name,
+            _when(fire_time),
+            f"run {other} may have overlapped it"
+            if other
+            else "another run may have overlapped it",
+        )
+        _send(
+            signals.lock_lost,
+            spec.name,
+            task=spec.definition,
+            scheduled_at=fire_time,
+            run=run_id,
+            other_run=other,
+        )
 
     # -- skips, rejections and outages ---------------------------------------------------------
 
-    def _skip(
-        self, spec: TaskSpec, fire_time: datetime | None, reason: str, *, advance: bool
-    ) -> datetime | None:
-        """Count and signal a skipped firing; with *advance*, return the next one to try."""
-        self.skipped += 1
-        logger.debug("Skipped %s at %s: %s", spec.name, _when(fire_time), reason)
-        self._signal_skip(spec, fire_time, reason)
-        if not advance:
-            return None
-        if fire_time is None:
-            return spec.trigger.next_fire_time(now=self.clock(), state=spec.state)
-        # Someone else runs (or ran) this fire time: look again at the next one.
-        now = self.clock()
-        assumed = replace(spec.state, last_fire_time=fire_time, last_finished=now)
-        spec.state = assumed
-        return spec.trigger.next_fire_time(now=now, state=assumed)
+    def _decided_skip(self, spec: TaskSpec, firing: Firing, decision: Skip) -> datetime | None:
+        if decision.reason == TRIGGER_CHANGED and spec.warned_trigger != spec.described:
+            spec.warned_trigger = spec.described
+            logger.warning(
+                "Not running %s: another deployment declared a different trigger for it since "
+                "this process started; the newest deployment's trigger applies. Restart this "
+                "process to apply its own.",
+                spec.name,
+            )
+        if decision.claim is not None:  # paused: the fire time is served without a run
+            state.claim(
+                spec.name,
+                decision.claim,
+                using=self.using,
+                trigger=spec.described,
+                run_id=None,
+                next_fire_time=None,
+            )
+            spec.state = replace(spec.state, last_fire_time=decision.claim)
+            self._count_skip(spec, decision.claim, decision.reason)
+            return self._next(spec)
+        if decision.reason == TRIGGER_CHANGED:
+            return self._skipped_firing(spec, firing, decision.reason, assume_ran=True)
+        self._count_skip(spec, firing if isinstance(firing, datetime) else None, decision.reason)
+        if isinstance(firing, RunRequest):
+            return self._next(spec)
+        return decision.next_time
 
-    def _database_down(
-        self, spec: TaskSpec, fire_time: datetime | None, exc: BaseException
-    ) -> datetime:
+    def _skipped_firing(
+        self, spec: TaskSpec, firing: Firing, reason: str, *, assume_ran: bool
+    ) -> datetime | None:
+        """Count a skip and return the next fire time, assuming the firing ran elsewhere."""
+        fire_time = firing if isinstance(firing, datetime) else None
+        self._count_skip(spec, fire_time, reason)
+        if assume_ran and fire_time is not None:
+            spec.state = replace(spec.state, last_fire_time=fire_time, last_finished=self.clock())
+        return self._next(spec)
+
+    def _locked_elsewhere(self, spec: TaskSpec, firing: Firing) -> datetime | None:
+        """The lock is held by another instance (or a process that died)."""
+        now = self.clock()
+        self._database_answered(spec)
+        self._watch_holder(spec, now)
+        if isinstance(firing, RunRequest):
+            # The request stays in the row until a run takes it; it is asked again.
+            self._count_skip(spec, None, "locked")
+            return self._next(spec)
+        fire_time = spec.recheck or firing
+        if now - fire_time <= self.conf.misfire_threshold:
+            # Nobody may have claimed it yet: its holder can die first. Look again soon.
+            spec.recheck = fire_time
+            self._count_skip(spec, fire_time, "locked")
+            upcoming = spec.trigger.next_fire_time(
+                now=now, state=replace(spec.state, last_fire_time=fire_time)
+            )
+            retry = now + LOCKED_RECHECK
+            return retry if upcoming is None else min(retry, upcoming)
+        spec.recheck = None
+        return self._skipped_firing(spec, fire_time, "locked", assume_ran=True)
+
+    def _watch_holder(self, spec: TaskSpec, now: datetime) -> None:
+        """Warn when the lock stays with the same holder for longer than the task ever ran."""
+        if spec.locked_since is None:
+            spec.locked_since = now
+            return
+        if now - spec.locked_since <= max(LOCKED_REPORT_AFTER, spec.longest_run):
+            return
+        spec.locked_since = now
+        holder = state.read_lock_holder(spec.name, using=self.using)
+        if holder is not None and holder == spec.locked_holder:
+            logger.warning(
+                "%s was skipped: its lock has been held by %s since %s, longer than it ever ran "
+                "here. If that process is frozen or gone, the lock frees itself at %s.",
+                spec.name,
+                holder[1],
+                holder[0],
+                holder[2],
+            )
+        spec.locked_holder = holder
+
+    def _back_off(self, spec: TaskSpec, firing: Firing, exc: Exception) -> datetime:
+        """Do not run; try again after a delay that doubles with each failure in a row."""
         spec.failures += 1
         backoff = min(2 ** (spec.failures - 1), _MAX_BACKOFF)
-        logger.error(
-            "Not running %s (scheduled for %s): the database is unavailable (%s); "
-            "trying again in %ss",
-            spec.name,
-            _when(fire_time),
-            exc,
-            backoff,
-        )
-        self._signal_skip(spec, fire_time, "database unavailable")
+        fire_time = firing if isinstance(firing, datetime) else None
+        if isinstance(exc, DatabaseError | LockError):
+            self.outage.set()
+            logger.error(
+                "Not running %s (scheduled for %s): the database is unavailable (%s); "
+                "trying again in %ss",
+                spec.name,
+                _when(fire_time),
+                exc,
+                backoff,
+            )
+            reason = "database unavailable"
+        else:
+            logger.exception(
+                "Not running %s (scheduled for %s): the firing failed outside the task; trying "
+                "again in %ss",
+                spec.name,
+                _when(fire_time),
+                backoff,
+            )
+            reason = "error"
+        self._signal_skip(spec, fire_time, reason)
         return self.clock() + timedelta(seconds=backoff)
+
+    def _database_answered(self, spec: TaskSpec) -> None:
+        spec.failures = 0
+
+    def _count_skip(self, spec: TaskSpec, fire_time: datetime | None, reason: str) -> None:
+        with self._counts_lock:
+            self._skipped += 1
+        logger.debug("Skipped %s at %s: %s", spec.name, _when(fire_time), reason)
+        self._signal_skip(spec, fire_time, reason)
 
     def _signal_skip(self, spec: TaskSpec, fire_time: datetime | None, reason: str) -> None:
         _send(
@@ -338,54 +583,45 @@ class TaskRunner:
             reason=reason,
         )
 
-    def rejected(self, entry: Entry, fire_time: datetime | None, stats: PoolStats) -> None:
+    def rejected(self, entry: Entry, firing: Firing, stats: PoolStats) -> None:
+        """Note a firing the pool rejected. On the dispatcher thread: the history row is
+        written later, by the service's maintenance thread."""
         spec: TaskSpec = entry.payload
+        fire_time = firing if isinstance(firing, datetime) else None
         logger.warning(
             "The pool rejected %s (scheduled for %s): %s", spec.name, _when(fire_time), stats
         )
         if self.conf.history:
-            try:
-                history.record_rejection(
-                    using=self.using,
-                    task_name=spec.name,
-                    fire_time=fire_time,
-                    now=self.clock(),
-                    instance=self.conf.instance_name,
-                    reason=f"rejected by the pool: {stats}",
-                )
-            except Exception as exc:
-                if not _is_database_error(exc):
-                    raise
-                logger.warning("Could not record the rejection of %s: %s", spec.name, exc)
-            finally:
-                close_old_connections()
+            record = {
+                "using": self.using,
+                "task_name": spec.name,
+                "fire_time": fire_time,
+                "now": self.clock(),
+                "instance": self.conf.instance_name,
+                "reason": f"rejected by the pool: {stats}",
+            }
+            self.outbox.add(
+                f"the rejection of {spec.name}", lambda: history.record_rejection(**record)
+            )
         self._signal_skip(spec, fire_time, "rejected")
 
-    def next_after_rejection(self, entry: Entry, fire_time: datetime | None) -> datetime | None:
+    def next_after_rejection(self, entry: Entry, firing: Firing) -> datetime | None:
         spec: TaskSpec = entry.payload
-        if fire_time is None:
+        if not isinstance(firing, datetime):
             return entry.next_fire_time
-        spec.state = replace(spec.state, last_fire_time=fire_time, last_finished=self.clock())
+        spec.state = replace(spec.state, last_fire_time=firing, last_finished=self.clock())
         return self._next(spec)
 
     def interrupted(self, names: list[str]) -> None:
-        """Mark the runs of *names*, still running at shutdown, as interrupted."""
-        with self._runs_lock:
-            run_ids = [self._running_runs[name] for name in names if name in self._running_runs]
+        """Mark the runs of *names*, still running at shutdown, as interrupted, and release
+        their locks: this process is about to exit, and another instance may take over."""
+        with self._counts_lock:
+            running = [self._running[name] for name in names if name in self._running]
+        for item in running:
+            if item.held is not None:
+                item.held.release()
+        run_ids = [item.run_id for item in running if item.run_id is not None]
         history.mark_interrupted(using=self.using, run_ids=run_ids, now=self.clock())
-
-
-def _drop_broken_connections() -> None:
-    """Close the connections a failed task left unusable, so its run can still be recorded.
-
-    Unlike ``close_old_connections()``, this keeps healthy connections open in the middle of a
-    firing; the full hygiene runs at the start and the end of every firing.
-    """
-    from django.db import connections
-
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and conn.errors_occurred and not conn.is_usable():
-            conn.close()
 
 
 def _send(signal: Any, sender: str, **kwargs: Any) -> None:
@@ -401,9 +637,3 @@ def _ms(duration: timedelta) -> str:
 
 def _when(fire_time: datetime | None) -> str:
     return "now (manual run)" if fire_time is None else fire_time.isoformat()
-
-
-def _is_database_error(exc: BaseException) -> bool:
-    from django.db import DatabaseError
-
-    return isinstance(exc, DatabaseError | LockError)

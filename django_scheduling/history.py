@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
+from django.db.models.functions import Now
 
 from .models import RunStatus, TaskLock, TaskRun
 
 __all__ = [
     "record_start",
     "record_end",
+    "forget_start",
+    "flag_lock_lost",
     "record_rejection",
     "mark_interrupted",
     "mark_lost_runs",
@@ -23,17 +26,32 @@ PRUNE_BATCH_SIZE = 1000
 
 
 def record_start(
-    *, using: str, task_name: str, fire_time: datetime | None, started: datetime, instance: str
+    *,
+    using: str,
+    task_name: str,
+    fire_time: datetime | None,
+    started: datetime,
+    instance: str,
+    recovery_of: int | None = None,
+    locked_at: datetime | None = None,
 ) -> int:
-    """Record that a run started and return its id."""
+    """Record that a run started and return its id; *locked_at* names the lock acquisition
+    it runs under."""
     run = TaskRun.objects.using(using).create(
         task_name=task_name,
         scheduled_at=fire_time,
         started_at=started,
         status=RunStatus.RUNNING,
         instance=instance,
+        recovery_of_id=recovery_of,
+        locked_at=locked_at,
     )
     return run.pk
+
+
+def forget_start(*, using: str, run_id: int) -> None:
+    """Delete the record of a run that did not start after all (its claim failed)."""
+    TaskRun.objects.using(using).filter(pk=run_id, status=RunStatus.RUNNING).delete()
 
 
 def record_end(
@@ -44,16 +62,24 @@ def record_end(
     started: datetime,
     finished: datetime,
     error: tuple[str, str, str] = ("", "", ""),
+    lock_lost: bool = False,
 ) -> None:
-    """Record how a run ended; *error* is (exception type, message, traceback)."""
-    TaskRun.objects.using(using).filter(pk=run_id).update(
-        status=status,
-        finished_at=finished,
-        duration=finished - started,
-        error_type=error[0][:255],
-        error_message=error[1],
-        traceback=error[2],
-    )
+    """Record how a run ended; *error* is (exception type, message, traceback).
+
+    A run that housekeeping marked lost while it was in fact still running (its process was
+    frozen, or cut off from the database) gets its real outcome here.
+    """
+    changes: dict[str, object] = {
+        "status": status,
+        "finished_at": finished,
+        "duration": finished - started,
+        "error_type": error[0][:255],
+        "error_message": error[1],
+        "traceback": error[2],
+    }
+    if lock_lost:  # never cleared: the flag may have been set while the run went on
+        changes["lock_lost"] = True
+    TaskRun.objects.using(using).filter(pk=run_id).update(**changes)
 
 
 def record_rejection(
@@ -87,24 +113,38 @@ def mark_interrupted(*, using: str, run_ids: list[int], now: datetime) -> None:
         )
 
 
-def mark_lost_runs(*, now: datetime, using: str) -> int:
-    """Mark as lost the runs still "running" whose task lock has expired.
+def flag_lock_lost(*, using: str, run_id: int) -> None:
+    """Flag a run whose lock expired or was taken over while it ran."""
+    TaskRun.objects.using(using).filter(pk=run_id).update(lock_lost=True)
 
-    A live run keeps its lock alive, so a running run whose lock has expired belongs to a
-    process that died without a chance to finish. Runs of tasks with ``lock=False`` have no
-    lock to tell and are left alone.
+
+def mark_lost_runs(*, now: datetime, using: str) -> list[tuple[int, str, int | None]]:
+    """Mark as lost the runs still "running" that no longer hold their task's lock, and
+    return their (id, task name, id of the run they recovered).
+
+    A live run keeps its lock alive. So a running run is dead once its lock has expired, or
+    has been taken again since (the lock's ``locked_at`` is no longer the run's): a task that
+    runs back to back holds its lock nearly all the time, so expiry alone would miss most
+    deaths. Expiry is judged by the database's clock, as the locks are. Runs without a lock
+    (``lock=False`` tasks) have nothing to tell and are left alone.
     """
-    expired = TaskLock.objects.using(using).filter(name=OuterRef("task_name"), lock_until__lte=now)
-    free_since_start = expired.filter(lock_until__gt=OuterRef("started_at"))
+    locks = TaskLock.objects.using(using).filter(name=OuterRef("task_name"))
+    gone = locks.filter(Q(lock_until__lte=Now()) | ~Q(locked_at=OuterRef("locked_at")))
     lost = TaskRun.objects.using(using).filter(
-        Exists(free_since_start), status=RunStatus.RUNNING, started_at__lt=now
+        Exists(gone), status=RunStatus.RUNNING, locked_at__isnull=False
     )
-    return lost.update(
+    found = list(lost.values_list("pk", "task_name", "recovery_of_id"))
+    if not found:
+        return []
+    TaskRun.objects.using(using).filter(
+        pk__in=[pk for pk, _, _ in found], status=RunStatus.RUNNING
+    ).update(
         status=RunStatus.LOST,
         finished_at=now,
-        error_message="The run ended without recording a finish: its process stopped or lost "
-        "the database, and its lock expired.",
+        error_message="The run ended without recording a finish: its process died, froze or "
+        "lost the database, and its lock expired or was taken by another instance.",
     )
+    return found
 
 
 def prune(*, older_than: datetime, using: str, batch_size: int = PRUNE_BATCH_SIZE) -> int:

@@ -1,5 +1,9 @@
-"""Keep a running task's lock alive: extend it on the scheduler's timer thread until the task
-ends, so that a run longer than ``lock_at_most_for`` is not started again elsewhere."""
+"""Keep running tasks' locks alive, on a thread that does nothing else.
+
+A lock is extended when half of its ``lock_at_most_for`` has passed, so that a run longer than
+that is not started again elsewhere. The thread runs only the extension statements: no poll,
+no history write and no housekeeping can delay an extension until the lock expires.
+"""
 
 from __future__ import annotations
 
@@ -12,74 +16,141 @@ from django.db import close_old_connections
 
 from .clock import utcnow
 from .locking import Lock, LockError
-from .scheduler import Timer
 
-__all__ = ["KeptAliveLock", "KEEP_ALIVE_MINIMUM"]
+__all__ = ["KeepAlive", "KeptAliveLock", "KEEP_ALIVE_MINIMUM"]
 
 logger = logging.getLogger(__name__)
 
 #: A lock is extended when half of ``lock_at_most_for`` has passed, but not more often than this.
 KEEP_ALIVE_MINIMUM = timedelta(milliseconds=200)
+#: After a failed extension (database unreachable), the next try comes this much later.
+RETRY_AFTER = timedelta(milliseconds=500)
 
 
 class KeptAliveLock:
-    """The lock of a running task, extended by the timer thread until the task ends."""
+    """The lock of a running task, extended by a ``KeepAlive`` thread until ``release()``.
 
-    def __init__(self, lock: Lock, timer: Timer | None, name: str) -> None:
+    ``lost`` turns true when an extension or the release finds that the lock is no longer this
+    run's: it expired, or another instance took it over. The run may then have overlapped with
+    a run elsewhere.
+    """
+
+    def __init__(self, lock: Lock, name: str, keeper: KeepAlive | None) -> None:
         self.lock: Lock | None = lock
         self.name = name
-        self._timer = timer
+        self.lost = False
+        self._keeper = keeper
         self._mutex = threading.Lock()
-        self._handle: int | None = None
         # Measured on this host's clock, like every later comparison here.
         self._least_until = utcnow() + lock.config.lock_at_least_for
-        self._schedule()
+        self.due = time.monotonic() + self._interval(lock)
+        if keeper is not None:
+            keeper._add(self)
 
-    def _interval(self) -> float:
-        assert self.lock is not None
-        half = self.lock.config.lock_at_most_for / 2
-        return max(half, KEEP_ALIVE_MINIMUM).total_seconds()
+    @staticmethod
+    def _interval(lock: Lock) -> float:
+        return max(lock.config.lock_at_most_for / 2, KEEP_ALIVE_MINIMUM).total_seconds()
 
-    def _schedule(self) -> None:
-        if self._timer is not None and self.lock is not None:
-            self._handle = self._timer.call_at(time.monotonic() + self._interval(), self._extend)
-
-    def _extend(self) -> None:
+    def extend(self) -> None:
+        """Extend the lock now (the keep-alive thread calls this when it is due)."""
         with self._mutex:
-            if self.lock is None:
+            lock = self.lock
+            if lock is None:
                 return
-            config = self.lock.config
+            config = lock.config
             least = max(self._least_until - utcnow(), timedelta(0))
             try:
                 close_old_connections()
-                extended = self.lock.extend(
-                    config.lock_at_most_for, min(least, config.lock_at_most_for)
-                )
-            except LockError:
-                logger.warning("Could not extend the lock of %s; trying again", self.name)
-                self._schedule()
+                extended = lock.extend(config.lock_at_most_for, min(least, config.lock_at_most_for))
+            except LockError as exc:
+                logger.warning("Could not extend the lock of %s (%s); trying again", self.name, exc)
+                self.due = time.monotonic() + RETRY_AFTER.total_seconds()
                 return
             if extended is None:
                 logger.error(
-                    "The lock of %s expired while it ran; another instance may start it. "
-                    "Raise lock_at_most_for.",
+                    "The lock of %s expired while it ran; another instance may run it at the "
+                    "same time. Raise lock_at_most_for, or look for a process that was frozen.",
                     self.name,
                 )
-                self.lock = None
+                self.lock, self.lost = None, True
                 return
             self.lock = extended
-            self._schedule()
+            self.due = time.monotonic() + self._interval(extended)
 
-    def release(self) -> None:
+    def release(self) -> bool:
+        """Stop extending and unlock; return False when the lock was no longer this run's."""
         with self._mutex:
-            if self._handle is not None and self._timer is not None:
-                self._timer.cancel(self._handle)
+            if self._keeper is not None:
+                self._keeper._remove(self)
             lock, self.lock = self.lock, None
-        if lock is not None:
-            try:
-                lock.unlock()
-            except LockError:
-                logger.warning(
-                    "Could not release the lock of %s; it frees itself after lock_at_most_for",
-                    self.name,
-                )
+        if lock is None:
+            return not self.lost
+        try:
+            released = lock.unlock()
+        except LockError:
+            logger.warning(
+                "Could not release the lock of %s; it frees itself after lock_at_most_for",
+                self.name,
+            )
+            return True  # unknown, not lost: nothing says another instance has it
+        if released is False:
+            self.lost = True
+        return not self.lost
+
+
+class KeepAlive:
+    """A thread that extends the locks of running tasks when they are due, and nothing else."""
+
+    def __init__(self, name: str = "scheduling-keepalive") -> None:
+        self._held: set[KeptAliveLock] = set()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def hold(self, lock: Lock, name: str) -> KeptAliveLock:
+        """Return *lock* kept alive until its ``release()``."""
+        return KeptAliveLock(lock, name, self)
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._held)
+
+    def _add(self, held: KeptAliveLock) -> None:
+        with self._cond:
+            self._held.add(held)
+            self._cond.notify()
+
+    def _remove(self, held: KeptAliveLock) -> None:
+        with self._cond:
+            self._held.discard(held)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped:
+                    now = time.monotonic()
+                    # As many entries as tasks running at once: a scan beats a heap whose
+                    # released entries would linger until their time came.
+                    due = [held for held in self._held if held.due <= now]
+                    if due:
+                        break
+                    earliest = min((held.due for held in self._held), default=None)
+                    self._cond.wait(None if earliest is None else earliest - now)
+                if self._stopped:
+                    return
+            for held in due:
+                try:
+                    held.extend()
+                except Exception:
+                    logger.exception("Extending the lock of %s failed", held.name)
+                    held.due = time.monotonic() + RETRY_AFTER.total_seconds()

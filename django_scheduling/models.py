@@ -67,6 +67,16 @@ class ScheduledTask(models.Model):
         db_constraint=False,
     )
     paused = models.BooleanField(_("paused"), default=False)
+    recover_run = models.ForeignKey(
+        "TaskRun",
+        verbose_name=_("lost run to recover"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_constraint=False,
+        help_text=_("A lost run of a task with recover=True, waiting to be run again."),
+    )
     run_requested_at = models.DateTimeField(_("run requested at"), null=True, blank=True)
     removed_at = models.DateTimeField(
         _("removed from code at"),
@@ -117,6 +127,32 @@ class TaskRun(models.Model):
     error_type = models.CharField(_("error type"), max_length=255, blank=True)
     error_message = models.TextField(_("error message"), blank=True)
     traceback = models.TextField(_("traceback"), blank=True)
+    lock_lost = models.BooleanField(
+        _("lock lost"),
+        default=False,
+        help_text=_(
+            "The run's lock expired or was taken over while it ran: another instance may have "
+            "run the task at the same time."
+        ),
+    )
+    locked_at = models.DateTimeField(
+        _("lock taken at"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "When the lock this run held was taken (by the lock's clock); empty without a lock."
+        ),
+    )
+    recovery_of = models.ForeignKey(
+        "self",
+        verbose_name=_("recovery of"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="recoveries",
+        db_constraint=False,
+        help_text=_("The lost run that this run ran again (recover=True)."),
+    )
 
     class Meta:
         verbose_name = _("task run")

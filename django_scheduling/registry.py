@@ -37,6 +37,8 @@ class TaskDefinition:
     lock_at_least_for: timedelta | None = None
     error: str | None = None
     error_field: str | None = None
+    #: Run a lost run of this task again, once, on another instance.
+    recover: bool = False
 
     @property
     def is_async(self) -> bool:
@@ -59,6 +61,7 @@ class TaskDefinition:
 
 def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> TaskDefinition:
     lock = options.pop("lock")
+    recover = options.pop("recover")
     most, least = options.pop("lock_at_most_for"), options.pop("lock_at_least_for")
     trigger_options = {key: value for key, value in options.items() if value is not None}
     task_name = name if name is not None else f"{func.__module__}.{func.__qualname__}"
@@ -73,6 +76,13 @@ def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> Ta
             )
         if not isinstance(lock, bool):
             raise _Invalid("lock", f"lock={lock!r} must be True or False")
+        if not isinstance(recover, bool):
+            raise _Invalid("recover", f"recover={recover!r} must be True or False")
+        if recover and not lock:
+            raise _Invalid(
+                "recover",
+                "recover=True needs lock=True: a lost run is told by its lock; drop recover=True",
+            )
         try:
             make_trigger(**trigger_options)
         except ValueError as exc:
@@ -98,7 +108,9 @@ def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> Ta
         return TaskDefinition(
             task_name, func, trigger_options, lock, error=exc.message, error_field=exc.field
         )
-    return TaskDefinition(task_name, func, trigger_options, lock, most_td, least_td)
+    return TaskDefinition(
+        task_name, func, trigger_options, lock, most_td, least_td, recover=recover
+    )
 
 
 class _Invalid(Exception):
@@ -130,6 +142,7 @@ class TaskRegistry:
         lock: bool = True,
         lock_at_most_for: DurationLike | None = None,
         lock_at_least_for: DurationLike | None = None,
+        recover: bool = False,
     ) -> TaskDefinition:
         """Record *func* as a task and return its definition."""
         definition = _definition(
@@ -145,6 +158,7 @@ class TaskRegistry:
             lock=lock,
             lock_at_most_for=lock_at_most_for,
             lock_at_least_for=lock_at_least_for,
+            recover=recover,
         )
         existing = self._tasks.get(definition.name)
         if existing is not None and existing.origin != definition.origin:
@@ -175,9 +189,6 @@ class TaskRegistry:
         ]
         return lines
 
-    def remove(self, name: str) -> None:
-        self._tasks.pop(name, None)
-
 
 registry = TaskRegistry()
 
@@ -195,6 +206,7 @@ def scheduled(
     lock: bool = True,
     lock_at_most_for: DurationLike | None = None,
     lock_at_least_for: DurationLike | None = None,
+    recover: bool = False,
 ) -> Callable[[F], F]:
     """Declare the decorated function a scheduled task and return it unchanged.
 
@@ -216,6 +228,7 @@ def scheduled(
             lock=lock,
             lock_at_most_for=lock_at_most_for,
             lock_at_least_for=lock_at_least_for,
+            recover=recover,
         )
         return func
 

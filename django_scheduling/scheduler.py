@@ -1,11 +1,11 @@
-"""The delay queue, the dispatcher thread and the worker pool: the only module that sleeps or
-starts threads.
+"""The delay queue, the dispatcher thread and the worker pool.
 
 One dispatcher thread keeps every task in a heap ordered by its next fire time. It sleeps until
 the earliest one is due (or until something earlier is added), pops every due entry in one hold
 of the lock and hands each to the worker pool. A task goes back into the heap only when its run
-has ended, so one task never runs twice at once in this process. What a firing does (locking,
-history) is the runner's business: see ``execution.TaskRunner``.
+has ended, so one task never runs twice at once in this process. The dispatcher does no I/O:
+what a firing does (locking, history) is the runner's business, on a worker thread (see
+``execution.TaskRunner``), and the runner returns when the entry fires next.
 """
 
 from __future__ import annotations
@@ -17,23 +17,32 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from .clock import utcnow
+from .context import shutdown_requested, stopping_context
 from .pool import PoolStats, RejectedWork, RejectionPolicy, Work, WorkerPool
 
-__all__ = ["Scheduler", "Entry", "Runner", "Timer", "shutdown_requested"]
+__all__ = ["Scheduler", "Entry", "Runner", "RunRequest", "shutdown_requested"]
 
 logger = logging.getLogger(__name__)
 
-_local = threading.local()
+#: After a runner error, an entry is tried again this long later, doubling up to a minute.
+_RETRY_MIN, _RETRY_MAX = 1.0, 60.0
 
 
-def shutdown_requested() -> bool:
-    """Return whether the scheduler running the current task is shutting down."""
-    scheduler: Scheduler | None = getattr(_local, "scheduler", None)
-    return scheduler is not None and scheduler.stopping
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """A run asked for outside the schedule: "run now" (made at *requested_at*, ``None`` when
+    asked in-process), or the recovery of lost run *recover_run_id*."""
+
+    requested_at: datetime | None = None
+    recover_run_id: int | None = None
+
+
+#: What a firing is for: a fire time of the schedule, or a run asked for outside it.
+Firing = datetime | RunRequest
 
 
 @dataclass(eq=False, slots=True)
@@ -43,19 +52,21 @@ class Entry:
     name: str
     payload: Any = None
     running: bool = False
-    manual_pending: bool = False
+    #: A run asked for while the entry was running; it follows when the run ends.
+    pending_request: RunRequest | None = None
+    request_queued: bool = False  # a run request waits in the heap
     next_fire_time: datetime | None = None
     generation: int = 0
-    removed: bool = False
+    failures: int = 0  # runner errors in a row
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass is 3x slower to create
-class Firing:
-    """One firing handed to the pool: *entry* due at *fire_time* (``None`` for a manual run)."""
+class _Work:
+    """One firing handed to the pool: *entry* for *firing*."""
 
     scheduler: Scheduler
     entry: Entry
-    fire_time: datetime | None
+    firing: Firing
 
     def __call__(self) -> None:
         self.scheduler._run_firing(self)
@@ -66,71 +77,18 @@ class Runner(Protocol):
 
     def first_fire_time(self, entry: Entry, *, now: datetime) -> datetime | None: ...
 
-    def run(self, entry: Entry, fire_time: datetime | None) -> datetime | None:
-        """Run one firing and return the entry's next fire time (``None``: never again)."""
+    def run(self, entry: Entry, firing: Firing) -> datetime | None:
+        """Run one firing and return when the entry fires next (``None``: never again)."""
 
-    def rejected(self, entry: Entry, fire_time: datetime | None, stats: PoolStats) -> None: ...
+    def rejected(self, entry: Entry, firing: Firing, stats: PoolStats) -> None:
+        """Note a firing the pool rejected; called on the dispatcher thread: no I/O."""
 
-    def next_after_rejection(self, entry: Entry, fire_time: datetime | None) -> datetime | None: ...
-
-
-class Timer:
-    """A thread that calls functions at given monotonic times (lock keep-alive uses it)."""
-
-    def __init__(self, name: str = "scheduling-timer") -> None:
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        self._cond = threading.Condition()
-        self._counter = itertools.count()
-        self._cancelled: set[int] = set()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-
-    def start(self) -> None:
-        """Start calling; calls registered before are kept."""
-        self._thread.start()
-
-    def call_at(self, when: float, fn: Callable[[], None]) -> int:
-        """Call *fn* at monotonic time *when*; return a handle for ``cancel()``."""
-        with self._cond:
-            handle = next(self._counter)
-            heapq.heappush(self._heap, (when, handle, fn))
-            self._cond.notify()
-            return handle
-
-    def cancel(self, handle: int) -> None:
-        with self._cond:
-            self._cancelled.add(handle)
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stopped:
-                    if self._heap and self._heap[0][0] <= time.monotonic():
-                        break
-                    timeout = self._heap[0][0] - time.monotonic() if self._heap else None
-                    self._cond.wait(timeout)
-                if self._stopped:
-                    return
-                _, handle, fn = heapq.heappop(self._heap)
-                if handle in self._cancelled:
-                    self._cancelled.discard(handle)
-                    continue
-            try:
-                fn()
-            except Exception:
-                logger.exception("A timer callback failed")
+    def next_after_rejection(self, entry: Entry, firing: Firing) -> datetime | None: ...
 
 
 @dataclass
 class _State:
-    heap: list[tuple[float, int, int, Entry, datetime | None]] = field(default_factory=list)
+    heap: list[tuple[float, int, int, Entry, Firing]] = field(default_factory=list)
     entries: dict[str, Entry] = field(default_factory=dict)
 
 
@@ -164,15 +122,11 @@ class Scheduler:
             name=name,
             on_reject=self._on_reject,
         )
-        #: Calls functions at given times (lock keep-alive, polling); runs from start().
-        self.timer = Timer(f"{name}-timer")
         self.stopping = False
         self._state = _State()
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._dispatcher: threading.Thread | None = None
-        self._idle = threading.Condition(self._cond)
-        self._idle_waiters = 0  # threads in wait_until_idle(): _finish() wakes them only then
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -188,23 +142,41 @@ class Scheduler:
         with self._cond:
             return list(self._state.entries.values())
 
-    def run_now(self, name: str) -> bool:
-        """Queue a manual run of *name* as soon as it is not running; False if unknown."""
+    def run_now(self, name: str, request: RunRequest | None = None) -> bool:
+        """Queue a run of *name* outside its schedule, as soon as it is not running.
+
+        Return False if the name is unknown. A request for an entry that already has one
+        pending is not queued twice.
+        """
+        request = request or RunRequest()
         with self._cond:
             entry = self._state.entries.get(name)
-            if entry is None or entry.removed:
+            if entry is None:
                 return False
             if entry.running:
-                entry.manual_pending = True
-            else:
-                self._push_item(entry, self.clock(), manual=True)
+                entry.pending_request = entry.pending_request or request
+            elif not entry.request_queued:
+                self._push_item(entry, self.clock(), request)
             return True
+
+    def wake(self, predicate: Callable[[Entry], bool]) -> list[str]:
+        """Fire now every waiting entry for which *predicate* holds; return their names.
+
+        After a database outage, the entries that were backing off try again at once.
+        """
+        now = self.clock()
+        woken = []
+        with self._cond:
+            for entry in self._state.entries.values():
+                if not entry.running and entry.next_fire_time is not None and predicate(entry):
+                    self._push(entry, min(entry.next_fire_time, now))
+                    woken.append(entry.name)
+        return woken
 
     def start(self) -> None:
         """Start the dispatcher thread."""
         if self._dispatcher is not None:
             raise RuntimeError("the scheduler has already been started")
-        self.timer.start()
         self._dispatcher = threading.Thread(
             target=self._dispatch_loop, name=f"{self.name}-dispatcher", daemon=True
         )
@@ -212,47 +184,38 @@ class Scheduler:
 
     def shutdown(self, timeout: float | None = None) -> list[str]:
         """Stop dispatching, wait up to *timeout* seconds for running tasks, and return the
-        names of those still running then."""
+        names of those still running then.
+
+        Under the ``caller_runs`` policy the dispatcher may be running a task itself: it counts
+        against the same *timeout*.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self.stopping = True
             self._cond.notify_all()
         if self._dispatcher is not None and self._dispatcher is not threading.current_thread():
-            self._dispatcher.join()
-        still_running = self.pool.shutdown(wait=True, timeout=timeout)
-        self.timer.stop()
-        return still_running
-
-    def wait_until_idle(self, timeout: float) -> bool:
-        """Wait until no firing is running; for tests and benchmarks."""
-        deadline = time.monotonic() + timeout
+            self._dispatcher.join(timeout)
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        self.pool.shutdown(wait=True, timeout=remaining)
         with self._cond:
-            while any(e.running for e in self._state.entries.values()):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._idle_waiters += 1
-                try:
-                    self._idle.wait(remaining)
-                finally:
-                    self._idle_waiters -= 1
-        return True
+            return sorted(entry.name for entry in self._state.entries.values() if entry.running)
 
     # -- the delay queue -----------------------------------------------------------------------
 
     def _push(self, entry: Entry, fire_time: datetime | None) -> None:
         entry.next_fire_time = fire_time
         entry.generation += 1
-        if fire_time is not None and not entry.removed:
-            self._push_item(entry, fire_time, manual=False)
+        if fire_time is not None:
+            self._push_item(entry, fire_time, fire_time)
 
-    def _push_item(self, entry: Entry, fire_time: datetime, *, manual: bool) -> None:
-        when = fire_time.timestamp()
-        was_first = not self._state.heap or when < self._state.heap[0][0]
-        generation = -1 if manual else entry.generation
-        heapq.heappush(
-            self._state.heap,
-            (when, next(self._seq), generation, entry, None if manual else fire_time),
-        )
+    def _push_item(self, entry: Entry, when: datetime, firing: Firing) -> None:
+        at = when.timestamp()
+        was_first = not self._state.heap or at < self._state.heap[0][0]
+        # A run request is not superseded by a later push of the entry's schedule.
+        generation = entry.generation
+        if isinstance(firing, RunRequest):
+            generation, entry.request_queued = -1, True
+        heapq.heappush(self._state.heap, (at, next(self._seq), generation, entry, firing))
         if was_first:
             self._cond.notify()
 
@@ -264,83 +227,79 @@ class Scheduler:
             for firing in due:
                 self._submit(firing)
 
-    def _take_due(self) -> list[Firing] | None:
+    def _take_due(self) -> list[_Work] | None:
         """Wait until entries are due and return them; None once the scheduler stops."""
         with self._cond:
             while not self.stopping:
                 heap = self._state.heap
                 now = time.time()
-                due: list[Firing] = []
+                due: list[_Work] = []
                 while heap and heap[0][0] <= now:
-                    _, _, generation, entry, fire_time = heapq.heappop(heap)
-                    if generation == -1:  # a manual run
+                    _, _, generation, entry, firing = heapq.heappop(heap)
+                    if generation == -1:  # a run request
+                        entry.request_queued = False
                         if entry.running:
-                            entry.manual_pending = True
+                            entry.pending_request = entry.pending_request or firing
                             continue
                     elif generation != entry.generation or entry.running:
                         continue  # superseded by a later push
                     entry.running = True
-                    due.append(Firing(self, entry, fire_time))
+                    due.append(_Work(self, entry, firing))
                 if due:
                     return due
                 timeout = min(heap[0][0] - now, self.MAX_SLEEP) if heap else self.MAX_SLEEP
                 self._cond.wait(timeout)
             return None
 
-    def _submit(self, firing: Firing) -> None:
+    def _submit(self, work: _Work) -> None:
         try:
-            self.pool.submit(firing, label=firing.entry.name)
+            self.pool.submit(work, label=work.entry.name)
         except RejectedWork:
             pass  # _on_reject has recorded it and rescheduled the entry
         except RuntimeError:
             # The pool is shutting down: the firing will not run.
-            self._finish(firing.entry, None, reschedule=False)
+            self._finish(work.entry, None, reschedule=False)
 
-    def _on_reject(self, work: Work, stats: PoolStats, policy: RejectionPolicy) -> None:
-        firing = work.fn
-        if not isinstance(firing, Firing):
-            return
+    def _on_reject(self, item: Work, stats: PoolStats, policy: RejectionPolicy) -> None:
+        work: _Work = item.fn  # type: ignore[assignment]  # only _Work is ever submitted
         if policy is RejectionPolicy.CALLER_RUNS and not self.stopping:
             return  # the pool runs it in the dispatcher thread
-        entry = firing.entry
+        entry = work.entry
         try:
-            self.runner.rejected(entry, firing.fire_time, stats)
-            next_time = self.runner.next_after_rejection(entry, firing.fire_time)
+            self.runner.rejected(entry, work.firing, stats)
+            next_time = self.runner.next_after_rejection(entry, work.firing)
         except Exception:
-            logger.exception("Recording the rejection of %s failed", entry.name)
-            next_time = None
+            logger.exception("Handling the rejection of %s failed", entry.name)
+            next_time = self._retry_time(entry)
         self._finish(entry, next_time, reschedule=True)
 
     # -- running one firing (in a worker thread) -----------------------------------------------
 
-    def _run_firing(self, firing: Firing) -> None:
-        entry = firing.entry
-        _local.scheduler = self
+    def _run_firing(self, work: _Work) -> None:
+        entry = work.entry
         next_time: datetime | None = None
         try:
-            next_time = self.runner.run(entry, firing.fire_time)
+            with stopping_context(lambda: self.stopping):
+                next_time = self.runner.run(entry, work.firing)
+            entry.failures = 0
         except Exception:
             logger.exception("Running %s failed outside the task itself", entry.name)
             next_time = self._retry_time(entry)
         finally:
-            _local.scheduler = None
             self._finish(entry, next_time, reschedule=True)
 
-    def _retry_time(self, entry: Entry) -> datetime | None:
-        """After an infrastructure error, try again from the trigger's view of now."""
-        try:
-            return self.runner.first_fire_time(entry, now=self.clock())
-        except Exception:
-            logger.exception("Rescheduling %s failed; it stops", entry.name)
-            return None
+    def _retry_time(self, entry: Entry) -> datetime:
+        """After a runner error, try again later, never at once: a failure that repeats must
+        not become a busy loop."""
+        entry.failures += 1
+        delay = min(_RETRY_MIN * 2 ** (entry.failures - 1), _RETRY_MAX)
+        return self.clock() + timedelta(seconds=delay)
 
     def _finish(self, entry: Entry, next_time: datetime | None, *, reschedule: bool) -> None:
         with self._cond:
             entry.running = False
             if reschedule:
                 self._push(entry, next_time)
-            if entry.manual_pending and not entry.removed:
-                entry.manual_pending = False
-                self._push_item(entry, self.clock(), manual=True)
-            if self._idle_waiters:
-                self._idle.notify_all()
+            if entry.pending_request is not None:
+                request, entry.pending_request = entry.pending_request, None
+                self._push_item(entry, self.clock(), request)

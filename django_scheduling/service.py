@@ -1,12 +1,16 @@
-"""Put the parts together: the registry's tasks, the runner and the scheduler, as one service
-that ``AppConfig.ready()`` (autostart) and ``manage.py runscheduler`` start and stop.
+"""Put the parts together, as one service that ``AppConfig.ready()`` (autostart) and
+``manage.py runscheduler`` start and stop.
+
+Its threads, each with one job: the scheduler's dispatcher (no I/O) and workers (firings), the
+keep-alive thread (lock extensions only) and the maintenance thread (run requests, pending
+writes, recovery after an outage, housekeeping).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
-import time
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -14,24 +18,18 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
-from . import history, state
-from .clock import utcnow
+from . import maintenance, state
 from .conf import SchedulingSettings, get_settings
 from .execution import TaskRunner, TaskSpec
-from .locking import SUPPORTED_VENDORS, LockConfiguration, LockError, get_lock_provider
-from .models import ScheduledTask
+from .keepalive import KeepAlive
+from .locking import SUPPORTED_VENDORS, LockError, get_lock_provider
+from .outbox import Outbox
 from .registry import TaskDefinition, TaskRegistry, registry
 from .scheduler import Entry, Scheduler
 
-__all__ = ["SchedulerService", "POLL_INTERVAL", "HOUSEKEEPING_INTERVAL"]
+__all__ = ["SchedulerService"]
 
 logger = logging.getLogger(__name__)
-
-#: How often each instance looks for "run now" requests from the admin, in seconds.
-POLL_INTERVAL = 1.0
-#: How often one of the instances prunes history and marks lost runs, in seconds.
-HOUSEKEEPING_INTERVAL = 60.0
-_HOUSEKEEPING_LOCK = "django_scheduling.housekeeping"
 
 
 class SchedulerService:
@@ -54,10 +52,12 @@ class SchedulerService:
         self.max_pool_size = max_pool_size
         self.scheduler: Scheduler | None = None
         self.runner: TaskRunner | None = None
+        self.keepalive: KeepAlive | None = None
+        self.maintenance: maintenance.Maintenance | None = None
+        self.outbox = Outbox()
         self.specs: list[TaskSpec] = []
         self._stopped = threading.Event()
         self._start_lock = threading.Lock()
-        self._last_housekeeping = 0.0
 
     def check(self) -> None:
         """Raise ``ImproperlyConfigured`` for mistakes in the tasks or settings; no I/O."""
@@ -86,10 +86,18 @@ class SchedulerService:
         conf = self.conf
         core = conf.core_pool_size if self.core_pool_size is None else self.core_pool_size
         most = conf.max_pool_size if self.max_pool_size is None else self.max_pool_size
+        self.keepalive = KeepAlive(f"scheduling-keepalive-{os.getpid()}")
         self.runner = TaskRunner(
-            conf=conf, provider=get_lock_provider(), default_zone=timezone.get_default_timezone()
+            conf=conf,
+            provider=get_lock_provider(),
+            default_zone=timezone.get_default_timezone(),
+            keepalive=self.keepalive,
+            outbox=self.outbox,
         )
         self.specs = self.runner.specs(self.definitions, complete=self.complete)
+        # A process of this host that died holding locks (a restarted dev server) frees them
+        # before the first firing, instead of blocking its tasks for lock_at_most_for.
+        maintenance.free_locks_of_dead_processes(using=conf.database)
         self.scheduler = Scheduler(
             self.runner,
             core_pool_size=core,
@@ -101,9 +109,17 @@ class SchedulerService:
         first_times = {spec.name: self.scheduler.add(Entry(spec.name, spec)) for spec in self.specs}
         state.publish_next_fire_times(first_times, using=conf.database)
         close_old_connections()
-        self.runner.timer = self.scheduler.timer  # before the first firing can run
+        self.keepalive.start()  # before the first firing can run
         self.scheduler.start()
-        self._schedule_poll()
+        self.maintenance = maintenance.Maintenance(
+            conf=conf,
+            scheduler=self.scheduler,
+            runner=self.runner,
+            outbox=self.outbox,
+            tasks={spec.name: spec.definition for spec in self.specs},
+            definitions={definition.name: definition for definition in self.tasks},
+        )
+        self.maintenance.start()
         logger.info("Scheduler started with %d task(s) as %s", len(self.specs), conf.instance_name)
 
     def next_fire_times(self) -> dict[str, datetime | None]:
@@ -140,7 +156,11 @@ class SchedulerService:
         return thread
 
     def stop(self, timeout: float | None = None) -> list[str]:
-        """Stop firing, wait for running tasks and return the names still running."""
+        """Stop firing, wait for running tasks and return the names still running.
+
+        Runs still going after *timeout* are marked interrupted and their locks released: the
+        process is about to exit, and another instance may take the task over at once.
+        """
         if self._stopped.is_set():
             return []
         self._stopped.set()
@@ -148,6 +168,8 @@ class SchedulerService:
             if self.scheduler is None:
                 return []
         wait = self.conf.shutdown_timeout.total_seconds() if timeout is None else timeout
+        if self.maintenance is not None:
+            self.maintenance.stop()
         still_running = self.scheduler.shutdown(timeout=wait)
         if still_running:
             logger.warning(
@@ -158,80 +180,14 @@ class SchedulerService:
             try:
                 assert self.runner is not None
                 self.runner.interrupted(still_running)
-            except DatabaseError as exc:
+            except (DatabaseError, LockError) as exc:
                 logger.warning("Could not mark the interrupted runs: %s", exc)
+        try:
+            self.outbox.flush()
+        except Exception:
+            logger.exception("Writing the pending records at shutdown failed")
+        if self.keepalive is not None:
+            self.keepalive.stop()
         close_old_connections()
         logger.info("Scheduler stopped")
         return still_running
-
-    # -- polling, on the scheduler's timer thread ----------------------------------------------
-
-    def _schedule_poll(self) -> None:
-        if self.scheduler is not None:
-            self.scheduler.timer.call_at(time.monotonic() + POLL_INTERVAL, self._poll)
-
-    def _poll(self) -> None:
-        if self._stopped.is_set():
-            return
-        try:
-            close_old_connections()
-            self._take_run_requests()
-            if time.monotonic() - self._last_housekeeping >= HOUSEKEEPING_INTERVAL:
-                self._last_housekeeping = time.monotonic()
-                # On a worker, not here: this thread also keeps running tasks' locks alive.
-                assert self.scheduler is not None
-                try:
-                    self.scheduler.pool.submit(self._housekeeping_guarded, label="housekeeping")
-                except RuntimeError:  # the pool is full (RejectedWork) or shutting down
-                    logger.info("Housekeeping postponed: the worker pool is busy")
-        except (DatabaseError, LockError) as exc:
-            logger.warning("Polling for run requests failed: %s", exc)
-        finally:
-            close_old_connections()
-            self._schedule_poll()
-
-    def _take_run_requests(self) -> None:
-        assert self.scheduler is not None
-        manager = ScheduledTask.objects.using(self.conf.database)
-        names = {spec.name for spec in self.specs}
-        requested = manager.filter(run_requested_at__isnull=False).values_list(
-            "name", "run_requested_at"
-        )
-        for name, requested_at in requested:
-            if name not in names:
-                continue
-            # Only the instance whose update clears the request runs it.
-            taken = manager.filter(name=name, run_requested_at=requested_at).update(
-                run_requested_at=None
-            )
-            if taken:
-                logger.info("Running %s now, as asked at %s", name, requested_at)
-                self.scheduler.run_now(name)
-
-    def _housekeeping_guarded(self) -> None:
-        try:
-            self._housekeeping()
-        except (DatabaseError, LockError) as exc:
-            logger.warning("Housekeeping failed: %s", exc)
-        finally:
-            close_old_connections()
-
-    def _housekeeping(self) -> None:
-        provider = get_lock_provider()
-        interval = HOUSEKEEPING_INTERVAL
-        config = LockConfiguration(_HOUSEKEEPING_LOCK, interval * 5, interval * 0.9)
-        lock = provider.lock(config)
-        if lock is None:
-            return
-        try:
-            now = utcnow()
-            lost = history.mark_lost_runs(now=now, using=self.conf.database)
-            pruned = history.prune(
-                older_than=now - self.conf.history_retention, using=self.conf.database
-            )
-            if lost or pruned:
-                logger.info(
-                    "Housekeeping: %d lost run(s) marked, %d old run(s) pruned", lost, pruned
-                )
-        finally:
-            lock.unlock()

@@ -1,7 +1,8 @@
 """The per-task state row (``ScheduledTask``): kept in step with the code, read and claimed by
 the scheduler, shown by the admin.
 
-Every function here is one or two statements on ``SCHEDULING['DATABASE']``, in autocommit.
+Every function here is one or two statements on ``SCHEDULING['DATABASE']``, in autocommit. The
+writes that decide who runs what are conditional updates whose row count is the answer.
 """
 
 from __future__ import annotations
@@ -13,10 +14,22 @@ from datetime import datetime
 from django.db import IntegrityError
 from django.db.models import Q
 
-from .models import ScheduledTask
+from .models import ScheduledTask, TaskLock
 from .triggers import Trigger, TriggerState
 
-__all__ = ["TaskRow", "sync_tasks", "read_row", "claim", "record_finish"]
+__all__ = [
+    "TaskRow",
+    "sync_tasks",
+    "describe",
+    "read_row",
+    "read_last_fire_time",
+    "claim",
+    "take_run_request",
+    "take_recovery",
+    "record_finish",
+    "read_lock_holder",
+    "ensure_row",
+]
 
 
 @dataclass(frozen=True)
@@ -25,6 +38,13 @@ class TaskRow:
 
     state: TriggerState
     paused: bool
+    #: The trigger of the deployment that synced the row last, in words.
+    trigger: str = ""
+    run_requested_at: datetime | None = None
+    last_run_id: int | None = None
+    #: A lost run waiting to be run again (``recover=True``), and the fire time it served.
+    recover_run_id: int | None = None
+    recover_fire_time: datetime | None = None
 
 
 def _state(row: ScheduledTask) -> TriggerState:
@@ -38,8 +58,11 @@ def sync_tasks(
 ) -> dict[str, TriggerState]:
     """Create or update the rows of *tasks* and return each one's state.
 
-    A changed trigger restarts its grid (a new anchor). With *complete* (every task of the code
-    is in *tasks*), rows of tasks no longer in the code are marked removed.
+    A changed trigger starts afresh, as a new task would: a new anchor, and no last fire time,
+    so that no fire time of the old trigger, and none from before the change, is run (or
+    counted as missed). Claims name the trigger they were computed from, so an instance still
+    running the old trigger can no longer claim a fire time. With *complete* (every task of
+    the code is in *tasks*), rows of tasks no longer in the code are marked removed.
     """
     tasks = list(tasks)
     manager = ScheduledTask.objects.using(using)
@@ -48,7 +71,7 @@ def sync_tasks(
         ScheduledTask(
             name=name,
             kind=trigger.kind,
-            trigger=trigger.describe()[:255],
+            trigger=describe(trigger),
             anchor=trigger.initial_anchor(now=now),
         )
         for name, trigger in tasks
@@ -60,11 +83,16 @@ def sync_tasks(
         rows = {row.name: row for row in manager.all()}
     for name, trigger in tasks:
         row = rows[name]
-        described = trigger.describe()[:255]
+        described = describe(trigger)
         changes: dict[str, object] = {}
         if row.trigger != described or row.kind != trigger.kind:
             changes.update(
-                trigger=described, kind=trigger.kind, anchor=trigger.initial_anchor(now=now)
+                trigger=described,
+                kind=trigger.kind,
+                anchor=trigger.initial_anchor(now=now),
+                last_fire_time=None,
+                last_finished_at=None,
+                next_fire_time=None,
             )
         if row.removed_at is not None:
             changes["removed_at"] = None
@@ -87,18 +115,53 @@ def publish_next_fire_times(times: dict[str, datetime | None], *, using: str) ->
     manager.bulk_update(rows, ["next_fire_time"], batch_size=500)
 
 
+def describe(trigger: Trigger) -> str:
+    """Return the trigger as stored in the row (and compared by claims)."""
+    return trigger.describe()[:255]
+
+
+_ROW_FIELDS = (
+    "anchor",
+    "last_fire_time",
+    "last_finished_at",
+    "paused",
+    "trigger",
+    "run_requested_at",
+    "last_run_id",
+    "recover_run_id",
+)
+
+
 def read_row(name: str, *, using: str) -> TaskRow | None:
     """Return the row of task *name*, or ``None`` when it is missing."""
     values = (
         ScheduledTask.objects.using(using)
         .filter(name=name)
-        .values_list("anchor", "last_fire_time", "last_finished_at", "paused")
+        .values_list(*_ROW_FIELDS, "recover_run__scheduled_at")
         .first()
     )
     if values is None:
         return None
-    anchor, last_fire_time, last_finished, paused = values
-    return TaskRow(TriggerState(anchor, last_fire_time, last_finished), paused)
+    anchor, last_fire, last_finished, paused, trigger, requested, last_run, recover, fire = values
+    return TaskRow(
+        TriggerState(anchor, last_fire, last_finished),
+        paused,
+        trigger,
+        requested,
+        last_run,
+        recover,
+        fire,
+    )
+
+
+def read_last_fire_time(name: str, *, using: str) -> datetime | None:
+    """Return the newest fire time claimed for *name* (one small read, no lock)."""
+    return (
+        ScheduledTask.objects.using(using)
+        .filter(name=name)
+        .values_list("last_fire_time", flat=True)
+        .first()
+    )
 
 
 def claim(
@@ -106,36 +169,74 @@ def claim(
     fire_time: datetime,
     *,
     using: str,
+    trigger: str,
     run_id: int | None,
     next_fire_time: datetime | None,
 ) -> bool:
     """Move the task's last fire time to *fire_time*, unless it is there already.
 
-    Return whether this call moved it: only the caller that did runs the firing.
+    Return whether this call moved it: only the caller that did runs the firing. A claim
+    computed from another trigger than the row's (an older deployment's) never succeeds.
     """
     updated = (
         ScheduledTask.objects.using(using)
         .filter(Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=fire_time), name=name)
+        .filter(trigger=trigger)
         .update(last_fire_time=fire_time, last_run_id=run_id, next_fire_time=next_fire_time)
     )
     return updated == 1
+
+
+def take_run_request(name: str, requested_at: datetime, *, using: str) -> bool:
+    """Clear the "run now" request made at *requested_at*; True for the caller that did."""
+    manager = ScheduledTask.objects.using(using)
+    return (
+        manager.filter(name=name, run_requested_at=requested_at).update(run_requested_at=None) == 1
+    )
+
+
+def take_recovery(name: str, run_id: int, *, using: str) -> bool:
+    """Clear the recovery of lost run *run_id*; True for the caller that did."""
+    manager = ScheduledTask.objects.using(using)
+    return manager.filter(name=name, recover_run_id=run_id).update(recover_run=None) == 1
 
 
 def record_finish(
     name: str,
     *,
     using: str,
+    seen_fire_time: datetime | None,
     finished_at: datetime | None,
     next_fire_time: datetime | None,
     run_id: int | None = None,
-) -> None:
-    """Store when the task's run finished and when it fires next."""
+) -> bool:
+    """Store when the task's run finished and when it fires next.
+
+    The write is fenced: it happens only while the row's last fire time is still
+    *seen_fire_time*, the one this run claimed (or saw, for a run without a claim). A run whose
+    lock was taken over must not overwrite the state of the newer run. Return whether it did.
+    """
     changes: dict[str, object] = {"next_fire_time": next_fire_time}
     if finished_at is not None:
         changes["last_finished_at"] = finished_at
     if run_id is not None:
         changes["last_run_id"] = run_id
-    ScheduledTask.objects.using(using).filter(name=name).update(**changes)
+    rows = ScheduledTask.objects.using(using).filter(name=name)
+    if seen_fire_time is None:
+        rows = rows.filter(last_fire_time__isnull=True)
+    else:
+        rows = rows.filter(last_fire_time=seen_fire_time)
+    return rows.update(**changes) == 1
+
+
+def read_lock_holder(name: str, *, using: str) -> tuple[datetime, str, datetime] | None:
+    """Return (locked_at, locked_by, lock_until) of the lock of task *name*, if it has one."""
+    return (
+        TaskLock.objects.using(using)
+        .filter(name=name)
+        .values_list("locked_at", "locked_by", "lock_until")
+        .first()
+    )
 
 
 def ensure_row(name: str, trigger: Trigger, *, now: datetime, using: str) -> None:
@@ -145,7 +246,7 @@ def ensure_row(name: str, trigger: Trigger, *, now: datetime, using: str) -> Non
             name=name,
             defaults={
                 "kind": trigger.kind,
-                "trigger": trigger.describe()[:255],
+                "trigger": describe(trigger),
                 "anchor": trigger.initial_anchor(now=now),
             },
         )

@@ -6,6 +6,7 @@ so clock skew is exact and no test waits for a fire time.
 
 import dataclasses
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 from django.test import TransactionTestCase
@@ -13,10 +14,11 @@ from django.test import TransactionTestCase
 from django_scheduling import signals
 from django_scheduling.conf import get_settings
 from django_scheduling.execution import TaskRunner
+from django_scheduling.keepalive import KeepAlive
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.registry import TaskRegistry
-from django_scheduling.scheduler import Entry, Timer
+from django_scheduling.scheduler import Entry, RunRequest
 
 T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
 
@@ -205,7 +207,7 @@ class ExecutionTests(TransactionTestCase):
         calls = Calls()
         runner = make_runner("a", self.clock)
         entry = self.entry(runner, self.task(calls, fixed_rate="1h"))
-        runner.run(entry, None)
+        runner.run(entry, RunRequest())
         self.assertEqual(calls.count, 1)
         run = TaskRun.objects.get()
         self.assertIsNone(run.scheduled_at)
@@ -253,28 +255,68 @@ class ExecutionTests(TransactionTestCase):
             started.set()
             release.wait(30)
 
-        runner = make_runner("a", datetime.now)
-        runner.clock = lambda: datetime.now(UTC)
-        runner.timer = Timer()
-        runner.timer.start()
-        self.addCleanup(runner.timer.stop)
+        runner = make_runner("a", lambda: datetime.now(UTC))
+        runner.keepalive = KeepAlive()
+        runner.keepalive.start()
+        self.addCleanup(runner.keepalive.stop)
         definition = self.task(long_task, fixed_rate="1h", lock_at_most_for="400ms")
         entry = self.entry(runner, definition)
         worker = threading.Thread(target=runner.run, args=(entry, runner.clock()))
         worker.start()
         self.assertTrue(started.wait(10))
+        first_expiry = TaskLock.objects.get(name="job").lock_until
+        # Once the database's clock is past the first expiry, the lock is still held: the
+        # keep-alive extended it.
+        poll_until(lambda: database_now() > first_expiry + timedelta(milliseconds=100))
         other = DatabaseLockProvider(owner="b")
-        # Well past lock_at_most_for, the lock is still held: the keep-alive extended it.
-        deadline = datetime.now(UTC) + timedelta(milliseconds=1200)
-        while datetime.now(UTC) < deadline:
-            self.assertIsNone(other.lock(LockConfiguration("job", "1m")))
-            release.wait(0.1)
+        self.assertIsNone(other.lock(LockConfiguration("job", "1m")))
+        self.assertGreater(TaskLock.objects.get(name="job").lock_until, first_expiry)
         release.set()
         worker.join(10)
-        self.assertEqual(TaskRun.objects.get().status, RunStatus.SUCCEEDED)
+        run = TaskRun.objects.get()
+        self.assertEqual((run.status, run.lock_lost), (RunStatus.SUCCEEDED, False))
         lock = other.lock(LockConfiguration("job", "1m"))
         self.assertIsNotNone(lock)  # released at the end
         lock.unlock()
+
+
+def database_now():
+    """Return "now" by the clock the locks use: the server's on MySQL, this host's on SQLite."""
+    from django.db import connection
+
+    if connection.vendor == "mysql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT UTC_TIMESTAMP(6)")
+            return cursor.fetchone()[0].replace(tzinfo=UTC)
+    return datetime.now(UTC)
+
+
+def poll_until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        threading.Event().wait(0.02)
+
+
+class ContextTests(TransactionTestCase):
+    def test_an_async_task_sees_its_fire_time_through_sync_to_async(self):
+        from asgiref.sync import sync_to_async
+
+        from django_scheduling import current_fire_time
+
+        seen = []
+
+        async def task():
+            seen.append(current_fire_time())
+            seen.append(await sync_to_async(current_fire_time)())
+
+        registry = TaskRegistry()
+        runner = make_runner("a", Clock(T0))
+        (spec,) = runner.specs([registry.add(task, fixed_rate="1s", name="async")], complete=False)
+        runner.run(Entry(spec.name, spec), T0)
+        self.assertEqual(seen, [T0, T0])
+        self.assertIsNone(current_fire_time())
 
 
 class ThreadStateTests(TransactionTestCase):

@@ -5,15 +5,15 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django.core.management import call_command
+from django.db.backends.signals import connection_created
 from django.test import TestCase, TransactionTestCase, override_settings
 
 from django_scheduling import history, monitoring, state
 from django_scheduling import registry as registry_module
+from django_scheduling.clock import utcnow
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.monitoring import TaskState
-from django_scheduling.pool import PoolStats
 from django_scheduling.registry import TaskRegistry
-from django_scheduling.scheduler import Entry
 from django_scheduling.service import SchedulerService
 from django_scheduling.triggers import FixedRateTrigger, make_trigger
 
@@ -49,33 +49,59 @@ class PruneTests(TestCase):
 
 
 class LostRunTests(TestCase):
-    def lock(self, name, until):
-        TaskLock.objects.create(
-            name=name, lock_until=until, locked_at=until - MINUTE, locked_by="x"
-        )
+    """The lost-run rule. Lock expiry is judged by the database's clock, so lock times here
+    are set relative to real time."""
+
+    def lock(self, name, until, locked_at):
+        TaskLock.objects.create(name=name, lock_until=until, locked_at=locked_at, locked_by="x")
 
     def test_a_running_run_whose_lock_expired_is_lost(self):
-        dead = run("dead", NOW - 10 * MINUTE, RunStatus.RUNNING)
-        self.lock("dead", NOW - MINUTE)
-        alive = run("alive", NOW - 10 * MINUTE, RunStatus.RUNNING)
-        self.lock("alive", NOW + MINUTE)  # kept alive by its holder
-        unlocked = run("unlocked", NOW - 10 * MINUTE, RunStatus.RUNNING)  # lock=False task
-        self.assertEqual(history.mark_lost_runs(now=NOW, using="default"), 1)
+        now = utcnow()
+        taken = now - 10 * MINUTE
+        dead = run("dead", taken, RunStatus.RUNNING, locked_at=taken)
+        self.lock("dead", now - MINUTE, taken)
+        alive = run("alive", taken, RunStatus.RUNNING, locked_at=taken)
+        self.lock("alive", now + MINUTE, taken)  # kept alive by its holder
+        unlocked = run("unlocked", taken, RunStatus.RUNNING)  # lock=False task: no lock
+        self.lock("unlocked", now - MINUTE, taken - MINUTE)  # left from when it had one
+        lost = history.mark_lost_runs(now=now, using="default")
+        self.assertEqual(lost, [(dead.pk, "dead", None)])
         dead.refresh_from_db()
         self.assertEqual(dead.status, RunStatus.LOST)
-        self.assertEqual(dead.finished_at, NOW)
+        self.assertEqual(dead.finished_at, now)
         self.assertIn("ended without recording a finish", dead.error_message)
         for other in (alive, unlocked):
             other.refresh_from_db()
             self.assertEqual(other.status, RunStatus.RUNNING)
 
-    def test_a_run_started_after_the_lock_expired_is_not_lost(self):
-        # The lock row is old (from an earlier run); this run has not taken it yet.
-        self.lock("job", NOW - 10 * MINUTE)
-        fresh = run("job", NOW - MINUTE, RunStatus.RUNNING)
-        self.assertEqual(history.mark_lost_runs(now=NOW, using="default"), 0)
-        fresh.refresh_from_db()
-        self.assertEqual(fresh.status, RunStatus.RUNNING)
+    def test_a_run_whose_lock_was_taken_again_is_lost_while_the_lock_is_held(self):
+        # A task that runs back to back: its killed holder's lock was taken by the next run at
+        # once, so the lock has not been free at any housekeeping pass.
+        now = utcnow()
+        killed = run("busy", now - 2 * MINUTE, RunStatus.RUNNING, locked_at=now - 2 * MINUTE)
+        current = run("busy", now - MINUTE, RunStatus.RUNNING, locked_at=now - MINUTE)
+        self.lock("busy", now + 10 * MINUTE, now - MINUTE)
+        self.assertEqual(
+            history.mark_lost_runs(now=now, using="default"), [(killed.pk, "busy", None)]
+        )
+        current.refresh_from_db()
+        self.assertEqual(current.status, RunStatus.RUNNING)
+
+    def test_a_late_finish_of_a_lost_run_records_its_outcome(self):
+        now = utcnow()
+        frozen = run("job", now - 10 * MINUTE, RunStatus.RUNNING, locked_at=now - 10 * MINUTE)
+        self.lock("job", now - MINUTE, now - 10 * MINUTE)
+        history.mark_lost_runs(now=now, using="default")
+        history.record_end(
+            using="default",
+            run_id=frozen.pk,
+            status=RunStatus.SUCCEEDED,
+            started=frozen.started_at,
+            finished=now,
+            lock_lost=True,
+        )
+        frozen.refresh_from_db()
+        self.assertEqual((frozen.status, frozen.lock_lost), (RunStatus.SUCCEEDED, True))
 
 
 class OverdueRuleTests(TestCase):
@@ -186,37 +212,44 @@ class ServiceTests(TransactionTestCase):
         self.assertEqual(finished.status, RunStatus.SUCCEEDED)
         self.assertIsNone(ScheduledTask.objects.get(name="manual").run_requested_at)
 
-    def test_a_rejected_firing_is_recorded(self):
+    @override_settings(SCHEDULING={"CORE_POOL_SIZE": 1, "MAX_POOL_SIZE": 1, "QUEUE_CAPACITY": 0})
+    def test_a_firing_the_pool_rejects_is_recorded_off_the_dispatcher_thread(self):
+        threads = []
+
+        def created(sender, connection, **kwargs):
+            threads.append(threading.current_thread().name)
+
+        connection_created.connect(created)
+        self.addCleanup(connection_created.disconnect, created)
+        busy, release = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+
+        def blocker():
+            busy.set()
+            release.wait(30)
+
         definitions = TaskRegistry()
-        definition = definitions.add(lambda: None, fixed_rate="1s", name="victim")
-        service = SchedulerService([definition])
+        blocking = definitions.add(blocker, fixed_rate="1h", name="blocker")
+        victim = definitions.add(lambda: None, fixed_rate="1s", name="victim")
+        service = SchedulerService([blocking, victim])
         service.start()
         self.addCleanup(service.stop, 5)
-        stats = PoolStats(
-            threads=16,
-            idle=0,
-            active=16,
-            queued=100,
-            queue_capacity=100,
-            core_size=4,
-            max_size=16,
-            completed=0,
-            rejected=1,
+        self.assertTrue(busy.wait(10))
+        # The only worker is busy and the queue holds nothing: the pool rejects "victim".
+        rejected = poll(
+            lambda: TaskRun.objects.filter(task_name="victim", status=RunStatus.REJECTED).first(),
+            timeout=15,
         )
-        entry = next(e for e in service.scheduler.entries() if e.name == "victim")
-        assert isinstance(entry, Entry)
-        fire_time = datetime.now(UTC)
-        service.runner.rejected(entry, fire_time, stats)
-        rejected = TaskRun.objects.get(task_name="victim", status=RunStatus.REJECTED)
-        self.assertEqual(rejected.scheduled_at, fire_time)
-        self.assertIn("queue 100/100, threads 16/16", rejected.error_message)
+        self.assertIn("threads 1/1", rejected.error_message)
+        self.assertIsNotNone(rejected.scheduled_at)
+        self.assertFalse([name for name in threads if "dispatcher" in name], threads)
 
 
 class HousekeepingServiceTests(TransactionTestCase):
     def test_a_running_service_prunes_and_marks_lost_runs(self):
         now = datetime.now(UTC)
         old = run("gone", now - timedelta(days=31))
-        dead = run("dead", now - 10 * MINUTE, RunStatus.RUNNING)
+        dead = run("dead", now - 10 * MINUTE, RunStatus.RUNNING, locked_at=now - 10 * MINUTE)
         TaskLock.objects.create(
             name="dead", lock_until=now - MINUTE, locked_at=now - 10 * MINUTE, locked_by="x"
         )

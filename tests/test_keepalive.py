@@ -1,13 +1,14 @@
-"""The keep-alive of a running task's lock, with fake lock handles and the real timer thread."""
+"""The keep-alive of a running task's lock, with fake lock handles and the real keep-alive
+thread."""
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 from django.test import SimpleTestCase
 
-from django_scheduling.keepalive import KEEP_ALIVE_MINIMUM, KeptAliveLock
+from django_scheduling.keepalive import KeepAlive
 from django_scheduling.locking import LockConfiguration
-from django_scheduling.scheduler import Timer
 
 DEADLINE = 10
 
@@ -33,6 +34,7 @@ class FakeLock:
 
     def unlock(self):
         self.calls.append(("unlock", self, None, None))
+        return True
 
 
 class Calls(list):
@@ -55,14 +57,14 @@ class Calls(list):
 
 class KeepAliveTests(SimpleTestCase):
     def setUp(self):
-        self.timer = Timer()
-        self.timer.start()
-        self.addCleanup(self.timer.stop)
+        self.keeper = KeepAlive()
+        self.keeper.start()
+        self.addCleanup(self.keeper.stop)
         self.calls = Calls()
 
     def keep(self, most="400ms", least=0, **options):
         config = LockConfiguration("job", most, least)
-        return KeptAliveLock(FakeLock(config, self.calls, **options), self.timer, "job")
+        return self.keeper.hold(FakeLock(config, self.calls, **options), "job")
 
     def test_extends_each_time_on_the_newest_handle_and_unlocks_the_newest(self):
         kept = self.keep()
@@ -79,19 +81,38 @@ class KeepAliveTests(SimpleTestCase):
     def test_no_extension_after_release(self):
         kept = self.keep()
         self.calls.wait_for_extends(1)
-        kept.release()
+        self.assertTrue(kept.release())
+        self.assertEqual(len(self.keeper), 0)  # the keep-alive thread no longer holds it
         count = len(self.calls.extends())
-        # Wait out two more intervals: a cancelled keep-alive stays silent.
-        threading.Event().wait(2 * KEEP_ALIVE_MINIMUM.total_seconds() + 0.1)
+        kept.extend()  # as the thread would if it still held it: nothing to extend
         self.assertEqual(len(self.calls.extends()), count)
 
     def test_stops_when_the_lock_was_lost(self):
         kept = self.keep(refuse_after=1)
         self.calls.wait_for_extends(2)  # the second extension is refused
-        threading.Event().wait(2 * KEEP_ALIVE_MINIMUM.total_seconds() + 0.1)
+        deadline = time.monotonic() + DEADLINE
+        while not kept.lost and time.monotonic() < deadline:
+            self.calls.event.wait(0.01)
+        self.assertTrue(kept.lost)
+        kept.extend()  # a later turn of the thread extends nothing
         self.assertEqual(len(self.calls.extends()), 2)
-        kept.release()
+        self.assertFalse(kept.release())  # the run is told that its lock was lost
         self.assertEqual([c for c in self.calls if c[0] == "unlock"], [])  # nothing left to free
+
+    def test_an_unlock_that_matches_no_row_reports_the_lock_lost(self):
+        class TakenOver(FakeLock):
+            def unlock(self):
+                super().unlock()
+                return False  # the row had been taken over by another instance
+
+        kept = self.keeper.hold(TakenOver(LockConfiguration("job", "1h"), self.calls), "job")
+        self.assertFalse(kept.release())
+        self.assertTrue(kept.lost)
+
+    def test_released_handles_leave_nothing_behind(self):
+        for _ in range(100):
+            self.keep(most="1h").release()
+        self.assertEqual(len(self.keeper), 0)
 
     def test_carries_the_rest_of_lock_at_least_for(self):
         kept = self.keep(most="400ms", least="400ms")

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from django.test import SimpleTestCase
 
 from django_scheduling import shutdown_requested
-from django_scheduling.scheduler import Entry, Scheduler
+from django_scheduling.scheduler import Entry, RunRequest, Scheduler
 from django_scheduling.triggers import FixedDelayTrigger, FixedRateTrigger, TriggerState
 
 DEADLINE = 10.0
@@ -52,15 +52,18 @@ class MemoryRunner:
             task.state = replace(task.state, anchor=task.trigger.initial_anchor(now=now))
         return task.trigger.next_fire_time(now=now, state=task.state)
 
-    def run(self, entry, fire_time):
+    def run(self, entry, firing):
         task = entry.payload
+        fire_time = None if isinstance(firing, RunRequest) else firing
         started = now()
         if task.action is not None:
             task.action()
         finished = now()
         with self.lock:
             task.runs.append((fire_time, started, finished))
-        task.state = replace(task.state, last_fire_time=fire_time, last_finished=finished)
+        if fire_time is not None:
+            task.state = replace(task.state, last_fire_time=fire_time)
+        task.state = replace(task.state, last_finished=finished)
         return task.trigger.next_fire_time(now=finished, state=task.state)
 
     def rejected(self, entry, fire_time, stats):
@@ -119,12 +122,14 @@ class SchedulerTests(SimpleTestCase):
                 active[0] -= 1
 
         task = Task(FixedRateTrigger(timedelta(milliseconds=10)), slow)
+        probe = Task(FixedRateTrigger(timedelta(milliseconds=10)))
         scheduler.add(Entry("slow", task))
         scheduler.start()
         wait_for(lambda: active[0] == 1)
-        first_started = time.monotonic()
-        # Many 10 ms slots pass while the first run blocks: none may start alongside it.
-        wait_for(lambda: time.monotonic() - first_started > 0.2)
+        scheduler.add(Entry("probe", probe))
+        # The probe, on the same 10 ms grid, runs ten times while the first run blocks: that
+        # many slots of "slow" came due, and none may start alongside its running run.
+        wait_for(lambda: len(probe.runs) >= 10)
         self.assertEqual(most[0], 1)
         release.set()
         wait_for(lambda: len(task.runs) >= 3)
@@ -153,13 +158,48 @@ class SchedulerTests(SimpleTestCase):
 
     def test_run_now_runs_at_once_and_after_a_running_run(self):
         _runner, scheduler = self.make()
-        task = Task(FixedRateTrigger(timedelta(hours=1), initial_delay=timedelta(hours=1)))
+        started, release = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+
+        def body():
+            started.set()
+            release.wait(DEADLINE)
+
+        task = Task(FixedRateTrigger(timedelta(hours=1), initial_delay=timedelta(hours=1)), body)
         scheduler.add(Entry("manual", task))
         scheduler.start()
         self.assertTrue(scheduler.run_now("manual"))
-        wait_for(lambda: len(task.runs) == 1)
-        self.assertIsNone(task.runs[0][0])
+        self.assertTrue(started.wait(DEADLINE))
+        # Asked twice while it runs: one run follows the running one, not two, not alongside.
+        self.assertTrue(scheduler.run_now("manual"))
+        self.assertTrue(scheduler.run_now("manual"))
+        self.assertEqual(len(task.runs), 0)
+        release.set()
+        wait_for(lambda: len(task.runs) == 2)
+        self.assertEqual([run[0] for run in task.runs], [None, None])
+        self.assertLessEqual(task.runs[0][2], task.runs[1][1])  # one after the other
         self.assertFalse(scheduler.run_now("unknown"))
+
+    def test_a_runner_error_backs_off_instead_of_retrying_at_once(self):
+        calls = []
+
+        class Failing(MemoryRunner):
+            def run(self, entry, firing):
+                calls.append(time.monotonic())
+                raise RuntimeError("the database is down")
+
+        scheduler = Scheduler(Failing())
+        self.addCleanup(scheduler.shutdown, 5)
+        entry = Entry("broken", Task(FixedRateTrigger(timedelta(seconds=1))))
+        scheduler.add(entry)
+        scheduler.start()
+        wait_for(lambda: len(calls) >= 2, timeout=5)
+        # The second attempt waited for the back-off (1 s), and the next one doubles it.
+        self.assertGreaterEqual(calls[1] - calls[0], 0.9)
+        wait_for(lambda: entry.failures >= 2)
+        self.assertGreaterEqual(
+            entry.next_fire_time - now(), timedelta(seconds=1) - timedelta(milliseconds=100)
+        )
 
     def test_rejection_is_reported_with_the_numbers(self):
         runner, scheduler = self.make(
@@ -196,8 +236,14 @@ class SchedulerTests(SimpleTestCase):
         scheduler.add(Entry("busy", task))
         scheduler.start()
         self.assertTrue(started.wait(DEADLINE))
-        threading.Timer(0.05, release.set).start()
-        self.assertEqual(scheduler.shutdown(timeout=DEADLINE), [])
+        result = []
+        stopper = threading.Thread(target=lambda: result.append(scheduler.shutdown(DEADLINE)))
+        stopper.start()
+        wait_for(lambda: scheduler.stopping)
+        self.assertTrue(stopper.is_alive())  # waiting for the running task
+        release.set()
+        stopper.join(DEADLINE)
+        self.assertEqual(result, [[]])
         self.assertEqual(seen_shutdown, [True])
         self.assertEqual(len(task.runs), 1)
 
@@ -216,6 +262,47 @@ class SchedulerTests(SimpleTestCase):
         begun = time.monotonic()
         self.assertEqual(scheduler.shutdown(timeout=0.1), ["stuck"])
         self.assertLess(time.monotonic() - begun, DEADLINE)
+
+    def test_shutdown_timeout_holds_under_caller_runs(self):
+        # The dispatcher itself runs the task the full pool rejects: shutdown must not wait
+        # for it past its timeout.
+        _runner, scheduler = self.make(
+            core_pool_size=1, max_pool_size=1, queue_capacity=0, rejection_policy="caller_runs"
+        )
+        started = threading.Event()
+        release = threading.Event()
+        self.addCleanup(release.set)
+        in_dispatcher = threading.Event()
+
+        def stuck():
+            if "dispatcher" in threading.current_thread().name:
+                in_dispatcher.set()
+            started.set()
+            release.wait(DEADLINE)
+
+        scheduler.add(Entry("first", Task(FixedRateTrigger(timedelta(hours=1)), stuck)))
+        scheduler.add(Entry("second", Task(FixedRateTrigger(timedelta(hours=1)), stuck)))
+        scheduler.start()
+        self.assertTrue(in_dispatcher.wait(DEADLINE))
+        begun = time.monotonic()
+        self.assertEqual(scheduler.shutdown(timeout=0.2), ["first", "second"])
+        self.assertLess(time.monotonic() - begun, DEADLINE / 2)
+
+    def test_shutdown_requested_follows_the_task_into_async_code(self):
+        import asyncio
+
+        from asgiref.sync import sync_to_async
+
+        from django_scheduling.context import stopping_context
+
+        def sync_part():
+            return shutdown_requested()
+
+        async def task():
+            return await sync_to_async(sync_part)()
+
+        with stopping_context(lambda: True):
+            self.assertTrue(asyncio.run(task()))
 
     def test_shutdown_requested_is_false_outside_a_stopping_scheduler(self):
         self.assertFalse(shutdown_requested())

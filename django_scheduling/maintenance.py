@@ -1,0 +1,204 @@
+"""The maintenance thread of a running scheduler.
+
+Once a second it writes what waits in the outbox, queues the runs asked for in the admin
+("run now") and the recoveries of lost runs, and, when a database outage is over, makes every
+task that backs off try again at once. Once per ``HOUSEKEEPING_INTERVAL`` it frees the locks of
+dead processes of this host, and one instance marks lost runs, asks for their recovery
+(``recover=True``) and prunes the history. None of this runs on the dispatcher or on the
+keep-alive thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+from django.db import DatabaseError, close_old_connections
+from django.db.models import F, Q
+from django.db.models.functions import Now
+
+from . import history, process
+from .clock import utcnow
+from .conf import SchedulingSettings
+from .locking import LockConfiguration, LockError, get_lock_provider
+from .models import ScheduledTask, TaskLock
+from .outbox import Outbox
+from .registry import TaskDefinition
+from .scheduler import RunRequest, Scheduler
+
+__all__ = ["Maintenance", "POLL_INTERVAL", "free_locks_of_dead_processes", "request_recoveries"]
+
+logger = logging.getLogger(__name__)
+
+#: How often each instance looks for "run now" requests and pending writes, in seconds.
+POLL_INTERVAL = 1.0
+HOUSEKEEPING_LOCK = "django_scheduling.housekeeping"
+
+
+class Maintenance:
+    """The maintenance thread of one scheduler service."""
+
+    def __init__(
+        self,
+        *,
+        conf: SchedulingSettings,
+        scheduler: Scheduler,
+        runner: object,
+        outbox: Outbox,
+        tasks: Mapping[str, TaskDefinition],
+        definitions: Mapping[str, TaskDefinition] | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.conf = conf
+        self.scheduler = scheduler
+        self.runner = runner
+        self.outbox = outbox
+        #: The tasks this service schedules, and every task the code declares.
+        self.tasks = tasks
+        self.definitions = tasks if definitions is None else definitions
+        self.clock = clock
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, name="scheduling-maintenance", daemon=True
+        )
+        self._next_housekeeping = 0.0  # the first pass comes at once
+        self._failing = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            self.tick(time.monotonic())
+            self._stopped.wait(POLL_INTERVAL)
+
+    def tick(self, monotonic: float) -> None:
+        """Make one pass; *monotonic* decides whether housekeeping is due."""
+        using = self.conf.database
+        try:
+            close_old_connections()
+            self.outbox.flush()
+            self._take_requests()
+            outage = getattr(self.runner, "outage", None)
+            if outage is not None and outage.is_set():
+                outage.clear()
+                woken = self.scheduler.wake(lambda entry: entry.payload.failures > 0)
+                if woken:
+                    logger.warning(
+                        "The database answers again: %d task(s) that waited try now", len(woken)
+                    )
+            if monotonic >= self._next_housekeeping:
+                self._next_housekeeping = (
+                    monotonic + self.conf.housekeeping_interval.total_seconds()
+                )
+                free_locks_of_dead_processes(using=using)
+                self.housekeeping()
+            if self._failing:
+                logger.warning("Maintenance works again: the database answers")
+            self._failing = False
+        except (DatabaseError, LockError) as exc:
+            # Once per outage at WARNING; the firings log their own attempts.
+            log = logger.debug if self._failing else logger.warning
+            log("Maintenance pass failed, the database is unavailable: %s", exc)
+            self._failing = True
+        except Exception:
+            logger.exception("Maintenance pass failed")
+        finally:
+            close_old_connections()
+
+    def _take_requests(self) -> None:
+        """Queue the runs asked for in the rows: "run now", and the recovery of lost runs.
+
+        A request stays in its row until a run takes it (``execution``), so one that could not
+        run yet (the lock held elsewhere, a database blip) is queued again next time.
+        """
+        rows = (
+            ScheduledTask.objects.using(self.conf.database)
+            .filter(Q(run_requested_at__isnull=False) | Q(recover_run__isnull=False))
+            .values_list("name", "run_requested_at", "recover_run_id")
+        )
+        for name, requested_at, recover_run_id in rows:
+            if name not in self.tasks:
+                continue
+            if recover_run_id is not None:
+                self.scheduler.run_now(name, RunRequest(recover_run_id=recover_run_id))
+            if requested_at is not None:
+                self.scheduler.run_now(name, RunRequest(requested_at=requested_at))
+
+    def housekeeping(self) -> None:
+        """On one instance at a time: mark lost runs, ask for recoveries, prune the history."""
+        interval = self.conf.housekeeping_interval
+        config = LockConfiguration(HOUSEKEEPING_LOCK, interval * 5, interval * 0.9)
+        lock = get_lock_provider().lock(config)
+        if lock is None:
+            return
+        using = self.conf.database
+        try:
+            now = self.clock()
+            lost = history.mark_lost_runs(now=now, using=using)
+            recovering = request_recoveries(lost, self.definitions, using=using)
+            pruned = history.prune(older_than=now - self.conf.history_retention, using=using)
+            if lost or pruned:
+                logger.info(
+                    "Housekeeping: %d lost run(s) marked (%d to recover), %d old run(s) pruned",
+                    len(lost),
+                    recovering,
+                    pruned,
+                )
+        finally:
+            lock.unlock()
+
+
+def request_recoveries(
+    lost: list[tuple[int, str, int | None]], tasks: Mapping[str, TaskDefinition], *, using: str
+) -> int:
+    """Ask for a run again of each lost run of a task with ``recover=True``; return how many.
+
+    A recovery run that is lost itself is not recovered again: a task that kills its process
+    must not do so over and over.
+    """
+    count = 0
+    for run_id, name, recovery_of in lost:
+        definition = tasks.get(name)
+        if definition is None or not definition.recover or recovery_of is not None:
+            continue
+        manager = ScheduledTask.objects.using(using)
+        if manager.filter(name=name, recover_run__isnull=True).update(recover_run=run_id):
+            logger.warning("Run %s of %s was lost; it runs again (recover=True)", run_id, name)
+            count += 1
+    return count
+
+
+def free_locks_of_dead_processes(*, using: str) -> list[str]:
+    """Free the locks held by processes of this host that have died; return their names.
+
+    A restarted process (a dev server after Ctrl-C, a killed worker) thus does not wait
+    ``lock_at_most_for`` for the locks its predecessor held. Only owners in the default
+    ``host:pid:start`` form are judged (see ``process``).
+    """
+    held = (
+        TaskLock.objects.using(using)
+        .filter(locked_by__startswith=f"{process.hostname()}:", lock_until__gt=Now())
+        .values_list("name", "locked_by", "locked_at")
+    )
+    freed = []
+    for name, owner, locked_at in held:
+        if not process.is_dead_local(owner):
+            continue
+        updated = (
+            TaskLock.objects.using(using)
+            .filter(name=name, locked_by=owner, locked_at=locked_at)
+            .update(lock_until=F("locked_at"))
+        )
+        if updated:
+            logger.warning("Freed the lock of %s: its holder %s has died", name, owner)
+            freed.append(name)
+    return freed
