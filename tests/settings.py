@@ -76,6 +76,8 @@ SCHEDULING = {
     # Only the tests that start server processes turn autostart on, through the environment.
     "AUTOSTART": env.bool("SCHEDULING_AUTOSTART", default=False),
     "SHUTDOWN_TIMEOUT": env("SCHEDULING_SHUTDOWN_TIMEOUT", default="30s"),
+    # More keys for the processes a test starts, as JSON: '{"HOUSEKEEPING_INTERVAL": "2s"}'.
+    **env.json("SCHEDULING_EXTRA", default={}),
 }
 LOGGING = {
     "version": 1,
