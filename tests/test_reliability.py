@@ -1,0 +1,351 @@
+"""Redeploys, outages, lost locks and lost runs, through the real runner and database.
+
+Clocks are injected, so every time here is exact; a "dead" holder is a lock row whose holder
+never releases it, and a database failure is a real one (a table renamed away).
+"""
+
+import contextlib
+import subprocess
+import threading
+from datetime import UTC, datetime, timedelta
+
+from django.db import connection
+from django.test import TransactionTestCase, override_settings
+
+from django_scheduling import current_fire_time, history, signals
+from django_scheduling.clock import utcnow
+from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
+from django_scheduling.maintenance import free_locks_of_dead_processes, request_recoveries
+from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
+from django_scheduling.process import identity
+from django_scheduling.registry import TaskRegistry
+from django_scheduling.scheduler import Entry, RunRequest
+from django_scheduling.service import SchedulerService
+
+from .processes import poll
+from .test_execution import Calls, Clock, make_runner
+
+T0 = datetime(2026, 5, 13, 9, 0, 0, tzinfo=UTC)
+SECOND = timedelta(seconds=1)
+
+
+@contextlib.contextmanager
+def table_gone(model):
+    """Make *model*'s table unreachable (a real database error) while the block runs."""
+    table = model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {table} RENAME TO {table}_away")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {table}_away RENAME TO {table}")
+
+
+class Base(TransactionTestCase):
+    def entry(self, runner, definition):
+        (spec,) = runner.specs([definition], complete=False)
+        return Entry(spec.name, spec)
+
+
+class TriggerChangeTests(Base):
+    def ran_at(self, definition, fire_time):
+        """Deploy *definition* a second before *fire_time* and run that fire time."""
+        runner = make_runner("a", Clock(fire_time - SECOND))
+        entry = self.entry(runner, definition)
+        runner.clock.now = fire_time
+        runner.run(entry, fire_time)
+        self.assertEqual(ScheduledTask.objects.get(name="job").last_fire_time, fire_time)
+
+    def test_a_changed_cron_does_not_run_a_time_that_passed_before_the_change(self):
+        calls = Calls()
+        self.ran_at(TaskRegistry().add(calls, cron="* * * * * *", name="job"), T0 - 10 * SECOND)
+        # Redeployed 7 s after the new hourly time (09:00:00) had passed.
+        deployed = T0 + 7 * SECOND
+        new = TaskRegistry().add(calls, cron="0 0 * * * *", name="job")
+        runner = make_runner("a", Clock(deployed))
+        entry = self.entry(runner, new)
+        self.assertEqual(runner.first_fire_time(entry, now=deployed), T0 + timedelta(hours=1))
+
+    def test_run_all_does_not_replay_fire_times_from_before_the_change(self):
+        calls = Calls()
+        five = TaskRegistry().add(calls, cron="0 */5 * * * *", name="job", missed="run_all")
+        self.ran_at(five, T0 - timedelta(hours=2))
+        changed = TaskRegistry().add(calls, cron="0 */10 * * * *", name="job", missed="run_all")
+        runner = make_runner("a", Clock(T0 + SECOND))
+        entry = self.entry(runner, changed)
+        self.assertEqual(runner.first_fire_time(entry, now=T0 + SECOND), T0 + timedelta(minutes=10))
+
+    def test_a_changed_zone_is_a_changed_trigger(self):
+        calls = Calls()
+        berlin = TaskRegistry().add(calls, cron="0 0 * * * *", zone="Europe/Berlin", name="job")
+        self.ran_at(berlin, T0 - timedelta(hours=1))
+        later = T0 + timedelta(minutes=30, seconds=7)
+        kolkata = TaskRegistry().add(calls, cron="0 0 * * * *", zone="Asia/Kolkata", name="job")
+        runner = make_runner("a", Clock(later))
+        entry = self.entry(runner, kolkata)
+        # Kolkata's hour struck at 09:30 UTC, 7 s before the deploy: it is not run.
+        self.assertEqual(runner.first_fire_time(entry, now=later), T0 + timedelta(minutes=90))
+
+    def test_a_moved_one_shot_fires_at_its_new_time(self):
+        calls = Calls()
+        runner = make_runner("a", Clock(T0))
+        first = TaskRegistry().add(calls, at=T0, name="once")
+        runner.run(self.entry(runner, first), T0)
+        moved = TaskRegistry().add(calls, at=T0 + timedelta(days=1), name="once")
+        clock = Clock(T0 + timedelta(hours=1))
+        runner = make_runner("a", clock)
+        entry = self.entry(runner, moved)
+        self.assertEqual(runner.first_fire_time(entry, now=clock()), T0 + timedelta(days=1))
+        clock.now = T0 + timedelta(days=1)
+        self.assertIsNone(runner.run(entry, clock.now))
+        self.assertEqual(calls.count, 2)
+
+    def test_an_older_deployment_neither_runs_nor_claims_its_trigger(self):
+        blue_calls, green_calls = Calls(), Calls()
+        blue = make_runner("blue", Clock(T0))
+        blue_entry = self.entry(blue, TaskRegistry().add(blue_calls, fixed_rate="10s", name="job"))
+        green = make_runner("green", Clock(T0 + 3 * SECOND))
+        green_entry = self.entry(
+            green, TaskRegistry().add(green_calls, fixed_rate="1m", name="job")
+        )
+        with self.assertLogs("django_scheduling.execution", "WARNING") as logs:
+            blue.run(blue_entry, T0 + 10 * SECOND)
+        self.assertIn("another deployment declared a different trigger", logs.output[0])
+        self.assertEqual(blue_calls.count, 0)
+        green.clock.now = T0 + 3 * SECOND
+        green.run(green_entry, T0 + 3 * SECOND)
+        self.assertEqual(green_calls.count, 1)
+        self.assertEqual(ScheduledTask.objects.get(name="job").last_fire_time, T0 + 3 * SECOND)
+
+
+class RunRequestTests(Base):
+    def test_a_run_request_waits_while_the_lock_is_held_elsewhere(self):
+        calls = Calls()
+        runner = make_runner("a", Clock(T0))
+        entry = self.entry(runner, TaskRegistry().add(calls, fixed_rate="1h", name="job"))
+        asked = T0 - SECOND
+        ScheduledTask.objects.filter(name="job").update(run_requested_at=asked)
+        holder = DatabaseLockProvider(owner="b").lock(LockConfiguration("job", "1h"))
+        runner.run(entry, RunRequest(requested_at=asked))
+        self.assertEqual(calls.count, 0)
+        self.assertEqual(ScheduledTask.objects.get(name="job").run_requested_at, asked)
+        holder.unlock()
+        runner.run(entry, RunRequest(requested_at=asked))
+        self.assertEqual(calls.count, 1)
+        self.assertIsNone(ScheduledTask.objects.get(name="job").run_requested_at)
+        runner.run(entry, RunRequest(requested_at=asked))  # asked again by another poll
+        self.assertEqual(calls.count, 1)
+
+
+class LockedElsewhereTests(Base):
+    def test_a_fire_time_whose_holder_died_unclaimed_still_runs(self):
+        seen = []
+        definition = TaskRegistry().add(
+            lambda: seen.append(current_fire_time()), fixed_rate="1m", name="job"
+        )
+        clock = Clock(T0)
+        runner = make_runner("b", clock)
+        entry = self.entry(runner, definition)
+        holder = DatabaseLockProvider(owner="a").lock(LockConfiguration("job", "1h"))
+        retry = runner.run(entry, T0)
+        self.assertEqual(retry, T0 + SECOND)  # not T0 + 1m: T0 may still be run
+        holder.unlock()  # the holder ends without claiming T0
+        clock.now = retry
+        self.assertEqual(runner.run(entry, retry), T0 + timedelta(minutes=1))
+        self.assertEqual(seen, [T0])
+
+    def test_a_fire_time_claimed_by_the_holder_is_looked_at_with_one_read(self):
+        calls = Calls()
+        definition = TaskRegistry().add(calls, fixed_rate="1m", name="job")
+        clock = Clock(T0)
+        a, b = make_runner("a", clock), make_runner("b", clock)
+        entry_a, entry_b = self.entry(a, definition), self.entry(b, definition)
+        holder = DatabaseLockProvider(owner="a").lock(LockConfiguration("job", "1h"))
+        retry = b.run(entry_b, T0)
+        holder.unlock()
+        a.run(entry_a, T0)
+        clock.now = retry
+        with self.assertNumQueries(1):
+            self.assertEqual(b.run(entry_b, retry), T0 + timedelta(minutes=1))
+        self.assertEqual(calls.count, 1)
+
+    def test_a_lock_held_by_the_same_holder_for_longer_than_any_run_is_reported(self):
+        definition = TaskRegistry().add(Calls(), fixed_rate="1m", name="job")
+        clock = Clock(T0)
+        runner = make_runner("b", clock)
+        entry = self.entry(runner, definition)
+        DatabaseLockProvider(owner="frozen").lock(LockConfiguration("job", "1h"))
+        with self.assertNoLogs("django_scheduling.execution", "WARNING"):
+            for minute in range(4):  # the holder is looked at after a minute, and again
+                clock.now = T0 + timedelta(minutes=minute, seconds=10)
+                runner.run(entry, clock.now)
+        with self.assertLogs("django_scheduling.execution", "WARNING") as logs:
+            clock.now = T0 + timedelta(minutes=4, seconds=10)
+            runner.run(entry, clock.now)
+        self.assertIn("held by frozen", logs.output[0])
+
+
+class LockLostTests(Base):
+    def test_a_run_whose_lock_was_taken_over_is_flagged_and_cannot_overwrite_the_newer_run(self):
+        lost = []
+        signals.lock_lost.connect(lambda sender, **kw: lost.append(kw), weak=False)
+        self.addCleanup(signals.lock_lost.receivers.clear)
+        registry = TaskRegistry()
+        clock = Clock(T0)
+        stale = make_runner("a", clock)
+        newer = make_runner("b", clock)
+
+        def task():
+            if current_fire_time() != T0:
+                return
+            # While "a" is frozen, its lock expires and "b" runs the next fire time.
+            TaskLock.objects.filter(name="job").update(lock_until=utcnow() - SECOND)
+            clock.now = T0 + 5 * SECOND
+            newer.run(newer_entry, T0 + 5 * SECOND)
+
+        definition = registry.add(task, fixed_delay="5s", name="job")
+        stale_entry = self.entry(stale, definition)
+        newer_entry = self.entry(newer, definition)
+        with self.assertLogs("django_scheduling.execution", "WARNING") as logs:
+            stale.run(stale_entry, T0)
+        first, second = TaskRun.objects.order_by("started_at", "id")
+        self.assertEqual((first.scheduled_at, first.lock_lost), (T0, True))
+        self.assertEqual((second.scheduled_at, second.lock_lost), (T0 + 5 * SECOND, False))
+        row = ScheduledTask.objects.get(name="job")
+        self.assertEqual((row.last_fire_time, row.last_run_id), (T0 + 5 * SECOND, second.pk))
+        self.assertTrue(any(f"Run {first.pk} of job" in line for line in logs.output))
+        self.assertTrue(any(f"run {second.pk} may have overlapped" in line for line in logs.output))
+        self.assertEqual([(e["run"], e["other_run"]) for e in lost], [(first.pk, second.pk)])
+
+
+class RecoveryTests(Base):
+    def test_a_lost_run_of_a_recover_task_runs_again_once(self):
+        seen = []
+        registry = TaskRegistry()
+        definition = registry.add(
+            lambda: seen.append(current_fire_time()), fixed_rate="1h", name="job", recover=True
+        )
+        plain = registry.add(lambda: None, fixed_rate="1h", name="plain")
+        runner = make_runner("b", Clock(T0))
+        entry = self.entry(runner, definition)
+        self.entry(runner, plain)
+        # A run of each task whose process died: the lock expired without a finish.
+        now = utcnow()
+        for name in ("job", "plain"):
+            TaskLock.objects.create(
+                name=name, lock_until=now - SECOND, locked_at=now - 20 * SECOND, locked_by="dead"
+            )
+            TaskRun.objects.create(
+                task_name=name,
+                scheduled_at=T0 - timedelta(hours=1),
+                started_at=now - 20 * SECOND,
+                status=RunStatus.RUNNING,
+                instance="dead",
+                locked_at=now - 20 * SECOND,
+            )
+        lost = history.mark_lost_runs(now=now, using="default")
+        self.assertEqual(len(lost), 2)
+        tasks = {d.name: d for d in registry}
+        self.assertEqual(request_recoveries(lost, tasks, using="default"), 1)
+        job_row = ScheduledTask.objects.get(name="job")
+        self.assertIsNone(ScheduledTask.objects.get(name="plain").recover_run_id)
+        request = RunRequest(recover_run_id=job_row.recover_run_id)
+        runner.run(entry, request)
+        runner.run(entry, request)  # asked again: already recovered
+        self.assertEqual(seen, [T0 - timedelta(hours=1)])
+        recovery = TaskRun.objects.get(recovery_of=job_row.recover_run_id)
+        self.assertEqual(recovery.status, RunStatus.SUCCEEDED)
+        self.assertIsNone(ScheduledTask.objects.get(name="job").recover_run_id)
+        # A recovery that is lost in turn is not recovered again.
+        self.assertEqual(
+            request_recoveries(
+                [(recovery.pk, "job", job_row.recover_run_id)], tasks, using="default"
+            ),
+            0,
+        )
+
+
+class OutageTests(Base):
+    def test_a_run_that_ends_during_an_outage_is_recorded_when_the_database_is_back(self):
+        gone = table_gone(TaskRun)
+
+        def task():
+            gone.__enter__()
+
+        runner = make_runner("a", Clock(T0))
+        entry = self.entry(runner, TaskRegistry().add(task, fixed_rate="10s", name="job"))
+        finished = []
+        signals.run_succeeded.connect(lambda sender, **kw: finished.append(sender), weak=False)
+        self.addCleanup(signals.run_succeeded.receivers.clear)
+        skipped = []
+        signals.run_skipped.connect(lambda sender, **kw: skipped.append(kw["reason"]), weak=False)
+        self.addCleanup(signals.run_skipped.receivers.clear)
+        with self.assertLogs("django_scheduling.execution", "ERROR") as logs:
+            next_time = runner.run(entry, T0)
+        gone.__exit__(None, None, None)
+        self.assertEqual(next_time, T0 + 10 * SECOND)  # the schedule goes on: it ran
+        self.assertIn("ran (succeeded) but its end could not be recorded", logs.output[0])
+        self.assertEqual((finished, skipped), (["job"], []))
+        self.assertEqual(TaskRun.objects.get().status, RunStatus.RUNNING)
+        self.assertEqual(runner.outbox.flush(), 1)
+        self.assertEqual(TaskRun.objects.get().status, RunStatus.SUCCEEDED)
+
+    def test_an_unlocked_task_backs_off_while_the_database_is_down(self):
+        calls = Calls()
+        clock = Clock(T0)
+        runner = make_runner("a", clock)
+        entry = self.entry(runner, TaskRegistry().add(calls, fixed_rate="2s", lock=False, name="u"))
+        retries = []
+        with table_gone(ScheduledTask), self.assertLogs("django_scheduling.execution", "ERROR"):
+            for _ in range(4):
+                retries.append(runner.run(entry, clock.now) - clock.now)
+                clock.now += retries[-1]
+        self.assertEqual(retries, [SECOND, 2 * SECOND, 4 * SECOND, 8 * SECOND])
+        self.assertEqual(calls.count, 0)
+        self.assertIsNotNone(runner.run(entry, clock.now))
+        self.assertEqual(calls.count, 1)
+
+    @override_settings(SCHEDULING={"HOUSEKEEPING_INTERVAL": "1h"})
+    def test_tasks_that_back_off_try_again_as_soon_as_the_database_answers(self):
+        ran = threading.Event()
+        registry = TaskRegistry()
+        definition = registry.add(ran.set, fixed_rate="1s", name="job")
+        service = SchedulerService([definition], tasks=registry)
+        service.start()
+        self.addCleanup(service.stop, 5)
+        self.assertTrue(ran.wait(5))
+        entry = service.scheduler.entries()[0]
+        with table_gone(TaskLock):
+            poll(lambda: entry.payload.failures >= 4, timeout=30)  # backing off 8 s now
+            ran.clear()
+        back = utcnow()
+        self.assertTrue(ran.wait(5), "the task did not run within 5 s of the database's return")
+        self.assertLess(utcnow() - back, timedelta(seconds=4))
+
+
+class DeadHolderTests(TransactionTestCase):
+    def test_locks_of_dead_processes_of_this_host_are_freed(self):
+        child = subprocess.Popen(["true"])
+        child.wait()
+        now = utcnow()
+        dead, alive = identity(child.pid), identity()
+        # A pid in use again, by a process that started later than the lock's holder.
+        host, pid, start = alive.rsplit(":", 2)
+        reused = f"{host}:{pid}:{int(start) - 3600}"
+        for name, owner in (
+            ("dead", dead),
+            ("alive", alive),
+            ("reused", reused),
+            ("elsewhere", "other-host:1:1"),
+            ("custom", "web-1"),
+        ):
+            TaskLock.objects.create(
+                name=name, lock_until=now + timedelta(hours=1), locked_at=now, locked_by=owner
+            )
+        freed = free_locks_of_dead_processes(using="default")
+        self.assertEqual(sorted(freed), ["dead", "reused"])
+        free = DatabaseLockProvider(owner="me")
+        self.assertIsNotNone(free.lock(LockConfiguration("dead", "1m")))
+        self.assertIsNone(free.lock(LockConfiguration("alive", "1m")))
+        self.assertIsNone(free.lock(LockConfiguration("elsewhere", "1m")))
