@@ -35,6 +35,7 @@ class Outbox:
     def __init__(self, limit: int = OUTBOX_LIMIT) -> None:
         self._writes: deque[_Write] = deque()
         self._mutex = threading.Lock()
+        self._flushing = threading.Lock()
         self._limit = limit
         self.dropped = 0
 
@@ -54,8 +55,17 @@ class Outbox:
     def flush(self) -> int:
         """Make the pending writes in order; stop at the first that the database refuses.
 
-        Return how many were made. One flush runs at a time.
+        Return how many were made. One flush runs at a time: a call while another runs returns
+        0 at once.
         """
+        if not self._flushing.acquire(blocking=False):
+            return 0
+        try:
+            return self._flush()
+        finally:
+            self._flushing.release()
+
+    def _flush(self) -> int:
         done = 0
         while True:
             with self._mutex:

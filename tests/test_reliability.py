@@ -349,3 +349,60 @@ class DeadHolderTests(TransactionTestCase):
         self.assertIsNotNone(free.lock(LockConfiguration("dead", "1m")))
         self.assertIsNone(free.lock(LockConfiguration("alive", "1m")))
         self.assertIsNone(free.lock(LockConfiguration("elsewhere", "1m")))
+
+
+class ThreadTests(TransactionTestCase):
+    @override_settings(SCHEDULING={"HOUSEKEEPING_INTERVAL": "1h"})
+    def test_a_slow_maintenance_write_does_not_delay_lock_extensions(self):
+        started, release, stuck = threading.Event(), threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+
+        def long_task():
+            started.set()
+            release.wait(30)
+
+        registry = TaskRegistry()
+        definition = registry.add(long_task, fixed_rate="1h", lock_at_most_for="600ms", name="job")
+        service = SchedulerService([definition], tasks=registry)
+        service.start()
+        self.addCleanup(service.stop, 5)
+        self.addCleanup(stuck.set)  # before the stop
+        self.assertTrue(started.wait(10))
+        # A pending write that takes its time holds up the maintenance thread...
+        service.outbox.add("a slow write", lambda: stuck.wait(30))
+        first_expiry = TaskLock.objects.get(name="job").lock_until
+        # ... and the lock is still extended past its first expiry, and past the next.
+        poll(lambda: TaskLock.objects.get(name="job").lock_until > first_expiry + SECOND, 10)
+        self.assertEqual(len(service.outbox), 1)  # the slow write is still under way
+        release.set()
+
+    def test_the_first_housekeeping_pass_comes_at_start(self):
+        from django_scheduling.conf import get_settings
+        from django_scheduling.maintenance import Maintenance
+        from django_scheduling.outbox import Outbox
+
+        now = utcnow()
+        TaskLock.objects.create(
+            name="dead", lock_until=now - SECOND, locked_at=now - 10 * SECOND, locked_by="x"
+        )
+        lost = TaskRun.objects.create(
+            task_name="dead",
+            started_at=now - 10 * SECOND,
+            status=RunStatus.RUNNING,
+            instance="x",
+            locked_at=now - 10 * SECOND,
+        )
+
+        class NoScheduler:
+            def run_now(self, name, request):
+                return False
+
+            def wake(self, predicate):
+                return []
+
+        maintenance = Maintenance(
+            conf=get_settings(), scheduler=NoScheduler(), runner=None, outbox=Outbox(), tasks={}
+        )
+        maintenance.tick(monotonic=1.0)  # a second after the machine booted
+        lost.refresh_from_db()
+        self.assertEqual(lost.status, RunStatus.LOST)
