@@ -1,7 +1,8 @@
 """Tests for django_scheduling.pool: ThreadPoolExecutor-style growth, rejection and shutdown.
 
-Every wait is on an Event or a polled condition with a deadline; blocked work is always released
-by the ``gate`` fixture, and every pool is shut down after its test.
+Every wait is on an Event or a polled condition with a deadline; the one thing that must *not*
+happen (a core thread exiting) is watched over a window computed from ``keep_alive``. Blocked work
+is always released by the ``gate`` fixture, and every pool is shut down after its test.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -22,7 +24,7 @@ from django_scheduling.pool import (
     WorkerPool,
 )
 
-DEADLINE = 3.0  # seconds; only reached when a test is about to fail
+DEADLINE = 10.0  # seconds; only reached when a test is about to fail
 
 
 def wait_until(predicate: Callable[[], bool], what: str) -> None:
@@ -30,6 +32,15 @@ def wait_until(predicate: Callable[[], bool], what: str) -> None:
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.001)
+
+
+def holds_until(deadline: float, predicate: Callable[[], bool], what: str) -> None:
+    """Fail as soon as *predicate* is false before the monotonic time *deadline*."""
+    while True:
+        assert predicate(), what
+        if time.monotonic() >= deadline:
+            return
         time.sleep(0.001)
 
 
@@ -238,18 +249,6 @@ def test_abort_raises_and_calls_on_reject(make_pool, gate, caplog):
     assert "nightly-report" not in gate.ran
 
 
-def test_caller_runs_runs_the_item_in_the_submitting_thread(make_pool, gate):
-    rejections = Rejections()
-    pool = make_pool(queue_capacity=1, rejection_policy="caller_runs", on_reject=rejections)
-    saturate(pool, gate, queued=1)
-    ran_in: list[int] = []
-    assert pool.submit(lambda: ran_in.append(threading.get_ident()), label="inline") is True
-    assert ran_in == [threading.get_ident()]
-    assert rejections.labels == ["inline"]
-    assert rejections.calls[0][2] is RejectionPolicy.CALLER_RUNS
-    assert pool.stats().rejected == 1
-
-
 def test_caller_runs_contains_exceptions_from_the_item(make_pool, gate, caplog):
     pool = make_pool(rejection_policy=RejectionPolicy.CALLER_RUNS)
     saturate(pool, gate)
@@ -258,31 +257,64 @@ def test_caller_runs_contains_exceptions_from_the_item(make_pool, gate, caplog):
     assert any("'divide'" in r.getMessage() and r.exc_info for r in caplog.records)
 
 
-def test_discard_drops_the_item_and_returns_false(make_pool, gate):
-    rejections = Rejections()
-    pool = make_pool(queue_capacity=1, rejection_policy="discard", on_reject=rejections)
-    saturate(pool, gate, queued=1)
-    assert pool.submit(gate.quick("dropped"), label="dropped") is False
-    assert rejections.labels == ["dropped"]
-    assert rejections.calls[0][2] is RejectionPolicy.DISCARD
-    gate.open()
-    wait_until(lambda: pool.stats().completed == 2, "the accepted items completed")
-    assert gate.ran == ["running", "queued1"]
-    assert pool.stats().rejected == 1
+# For each setting: its member, what submit("new") returns (or raises) while the pool runs
+# "running" with "queued1" and "queued2" in its queue, the item given to on_reject, and the items
+# run, in the order they started.
+REJECTIONS = {
+    "abort": (RejectionPolicy.ABORT, RejectedWork, "new", ["running", "queued1", "queued2"]),
+    "caller_runs": (
+        RejectionPolicy.CALLER_RUNS,
+        True,
+        "new",
+        ["running", "new", "queued1", "queued2"],
+    ),
+    "discard": (RejectionPolicy.DISCARD, False, "new", ["running", "queued1", "queued2"]),
+    "discard_oldest": (
+        RejectionPolicy.DISCARD_OLDEST,
+        True,
+        "queued1",
+        ["running", "queued2", "new"],
+    ),
+}
 
 
-def test_discard_oldest_drops_the_oldest_queued_item(make_pool, gate):
+@pytest.mark.parametrize("as_member", [False, True], ids=["string", "member"])
+@pytest.mark.parametrize("setting", list(REJECTIONS))
+def test_rejection_policy_given_as_string_or_member_acts_on_a_saturated_pool(
+    make_pool, gate, setting, as_member
+):
+    member, outcome, victim, ran = REJECTIONS[setting]
+    assert set(REJECTIONS) == {p.value for p in RejectionPolicy}
     rejections = Rejections()
-    pool = make_pool(queue_capacity=2, rejection_policy="discard_oldest", on_reject=rejections)
+    pool = make_pool(
+        queue_capacity=2, rejection_policy=member if as_member else setting, on_reject=rejections
+    )
     saturate(pool, gate, queued=2)
-    assert pool.submit(gate.quick("newest"), label="newest") is True
-    assert rejections.labels == ["queued1"]
-    assert rejections.calls[0][2] is RejectionPolicy.DISCARD_OLDEST
-    assert counts(pool) == (1, 1, 2)
+    at_rejection = replace(pool.stats(), rejected=1)
+    assert (at_rejection.threads, at_rejection.active, at_rejection.queued) == (1, 1, 2)
+
+    if outcome is RejectedWork:
+        with pytest.raises(RejectedWork) as excinfo:
+            pool.submit(gate.quick("new"), label="new")
+        assert excinfo.value.work.label == "new"
+        assert excinfo.value.stats == at_rejection
+    else:
+        assert pool.submit(gate.quick("new"), label="new") is outcome
+    assert [(w.label, stats, policy) for w, stats, policy in rejections.calls] == [
+        (victim, at_rejection, member)
+    ]
+    # Only caller_runs has run "new" by now: in this thread, before submit() returned.
+    if member is RejectionPolicy.CALLER_RUNS:
+        assert gate.ran == ["running", "new"]
+        assert gate.thread_of["new"] is threading.current_thread()
+    else:
+        assert gate.ran == ["running"]
+    assert pool.stats() == at_rejection  # discard_oldest queued "new" in the place it freed
+
     gate.open()
-    wait_until(lambda: pool.stats().completed == 3, "the remaining items completed")
-    assert gate.ran == ["running", "queued2", "newest"]
-    assert pool.stats().rejected == 1
+    wait_until(lambda: (s := pool.stats()).active == s.queued == 0, "the pool drained")
+    assert gate.ran == ran
+    assert pool.stats().completed == 3  # the worker ran three items in every case
 
 
 def test_discard_oldest_without_a_queue_drops_the_new_item(make_pool, gate):
@@ -325,16 +357,33 @@ def test_queue_capacity_zero_hands_off_only_to_idle_threads(make_pool, gate):
 
 
 def test_idle_threads_above_core_size_exit_after_keep_alive(make_pool, gate):
-    pool = make_pool(core_size=1, max_size=3, queue_capacity=0, keep_alive=0.05)
+    keep_alive = 0.05
+    pool = make_pool(core_size=1, max_size=3, queue_capacity=0, keep_alive=keep_alive)
     for label in ("a", "b", "c"):
         pool.submit(gate.blocker(label), label=label)
     assert pool.stats().threads == 3
+    gate.wait_started("a", "b", "c")
+    workers = [gate.thread_of[label] for label in ("a", "b", "c")]
     gate.open()
-    wait_until(lambda: pool.stats().threads == 1, "the pool shrank to its core size")
-    # Give the core thread several keep-alive periods in which it must not exit.
-    threading.Event().wait(0.2)
-    stats = pool.stats()
-    assert (stats.threads, stats.idle, stats.completed) == (1, 1, 3)
+
+    def left_at_core_size() -> bool:
+        stats = pool.stats()
+        return (stats.threads, stats.idle, stats.completed) == (1, 1, 3)
+
+    wait_until(
+        lambda: (s := pool.stats()).threads <= 1 and s.completed == 3, "the extra threads exited"
+    )
+    assert left_at_core_size(), "the pool shrank to its core size and no further"
+    # The remaining thread set its keep-alive deadline, if any, before it became idle: at most
+    # keep_alive from now. It must not exit then, nor in the periods after.
+    holds_until(
+        time.monotonic() + 4 * keep_alive, left_at_core_size, "the core thread stayed, idle"
+    )
+    wait_until(lambda: sum(t.is_alive() for t in workers) == 1, "the extra threads ended")
+    [core] = [t for t in workers if t.is_alive()]
+    assert pool.submit(gate.quick("next"), label="next")
+    gate.wait_started("next")
+    assert gate.thread_of["next"] is core
 
 
 # Failing work
@@ -369,8 +418,9 @@ def test_base_exception_ends_the_worker_loudly_and_it_is_replaced(
         gate.wait_started("after")
     assert gate.thread_of["after"].name == "scheduling-worker-2"
     assert any(r.exc_info and r.exc_info[0] is exc_type for r in caplog.records)
-    wait_until(lambda: pool.stats().threads == 1, "only the replacement thread remains")
-    assert pool.running_labels == []
+    wait_until(lambda: pool.stats().completed == 2, "the replacement finished its item")
+    assert pool.stats().threads == 1  # the ended worker left the pool
+    assert pool.running_labels == []  # and took its item with it
 
 
 # Shutdown
@@ -482,12 +532,3 @@ def test_invalid_settings_are_rejected(kwargs, message):
     with pytest.raises(ValueError) as excinfo:
         WorkerPool(**{**options, **kwargs})
     assert message in str(excinfo.value)
-
-
-def test_rejection_policy_accepts_strings_and_members():
-    pool = WorkerPool(
-        core_size=0, max_size=1, queue_capacity=0, keep_alive=0, rejection_policy="caller_runs"
-    )
-    assert pool.rejection_policy is RejectionPolicy.CALLER_RUNS
-    assert RejectionPolicy.DISCARD == "discard"
-    assert pool.shutdown() == []
