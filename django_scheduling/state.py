@@ -134,14 +134,15 @@ _ROW_FIELDS = (
 
 def read_row(name: str, *, using: str) -> TaskRow | None:
     """Return the row of task *name*, or ``None`` when it is missing."""
-    values = (
+    found = (
         ScheduledTask.objects.using(using)
         .filter(name=name)
-        .values_list(*_ROW_FIELDS, "recover_run__scheduled_at")
-        .first()
+        .order_by()
+        .values_list(*_ROW_FIELDS, "recover_run__scheduled_at")[:1]
     )
-    if values is None:
+    if not found:
         return None
+    values = found[0]
     anchor, last_fire, last_finished, paused, trigger, requested, last_run, recover, fire = values
     return TaskRow(
         TriggerState(anchor, last_fire, last_finished),
@@ -156,12 +157,13 @@ def read_row(name: str, *, using: str) -> TaskRow | None:
 
 def read_last_fire_time(name: str, *, using: str) -> datetime | None:
     """Return the newest fire time claimed for *name* (one small read, no lock)."""
-    return (
+    found = (
         ScheduledTask.objects.using(using)
         .filter(name=name)
-        .values_list("last_fire_time", flat=True)
-        .first()
+        .order_by()
+        .values_list("last_fire_time", flat=True)[:1]
     )
+    return found[0] if found else None
 
 
 def claim(

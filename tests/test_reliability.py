@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 from django.test import TransactionTestCase, override_settings
+from django.test.utils import CaptureQueriesContext
 
 from django_scheduling import current_fire_time, history, signals
 from django_scheduling.clock import utcnow
@@ -166,8 +167,11 @@ class LockedElsewhereTests(Base):
         holder.unlock()
         a.run(entry_a, T0)
         clock.now = retry
-        with self.assertNumQueries(1):
+        with CaptureQueriesContext(connection) as queries:
             self.assertEqual(b.run(entry_b, retry), T0 + timedelta(minutes=1))
+        statements = [q["sql"] for q in queries if not q["sql"].startswith("SET ")]
+        self.assertEqual(len(statements), 1, statements)  # no lock taken: one read of the row
+        self.assertIn("scheduledtask", statements[0])
         self.assertEqual(calls.count, 1)
 
     def test_a_lock_held_by_the_same_holder_for_longer_than_any_run_is_reported(self):
