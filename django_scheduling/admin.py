@@ -16,15 +16,16 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils import dateformat, timezone
 from django.utils.html import format_html
-from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from .admin_views import (
     STATE_LABELS,
     TaskControlMixin,
     badge,
+    breakable,
     format_moment,
     format_run_duration,
+    format_run_error,
     format_time,
 )
 from .conf import get_settings
@@ -88,7 +89,8 @@ class StateFilter(admin.SimpleListFilter):
 
 @admin.register(ScheduledTask)
 class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
-    list_display = ["name", "trigger", "state_badge", "next_fire", "last_run_summary", "lock"]
+    list_display = ["task", "state_badge", "next_fire", "trigger_text", "last_run_summary", "lock"]
+    list_display_links = ["task"]
     list_filter = [StateFilter]
     search_fields = ["name"]
     actions = ["pause_tasks", "resume_tasks", "run_tasks"]
@@ -151,6 +153,14 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
         }
         return super().change_view(request, object_id, form_url, context)
 
+    @admin.display(description=_("name"), ordering="name")
+    def task(self, task: ScheduledTask) -> str:
+        return format_html('<span class="ds-name">{}</span>', breakable(task.name))
+
+    @admin.display(description=_("trigger"), ordering="trigger")
+    def trigger_text(self, task: ScheduledTask) -> str:
+        return format_html('<span class="ds-trigger">{}</span>', task.trigger)
+
     @admin.display(description=_("state"), ordering="state_order")
     def state_badge(self, task: ScheduledTask) -> str:
         return badge(task.state, STATE_LABELS[TaskState(task.state)])
@@ -165,7 +175,7 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
         if run is None:
             return "-"
         return format_html(
-            '<a href="{}">{}</a> {}',
+            '<a href="{}">{}</a><span class="ds-relative">{}</span>',
             reverse(
                 "admin:django_scheduling_taskrun_change",
                 args=[run.pk],
@@ -181,7 +191,8 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
             return "-"
         until = dateformat.format(timezone.localtime(task.lock_held_until), "H:i:s T")
         return format_html(
-            '{}<br><span class="ds-relative">{}</span>',
+            '<span class="ds-one-line" title="{}">{}</span><span class="ds-relative">{}</span>',
+            task.lock_holder,
             task.lock_holder,
             _("until %(time)s") % {"time": until},
         )
@@ -206,16 +217,10 @@ class TaskNameFilter(admin.SimpleListFilter):
 
 @admin.register(TaskRun)
 class TaskRunAdmin(ReadOnlyAdmin):
-    list_display = [
-        "id",
-        "task",
-        "status_badge",
-        "scheduled",
-        "started",
-        "duration_text",
-        "instance",
-        "error",
-    ]
+    # Compact for a laptop's width: the instance goes under the start time, the fire time it
+    # served is on the run's page, and the error takes the rest of the row, on one line.
+    # The status before the task: on a phone, the list shows the first columns.
+    list_display = ["id", "status_badge", "task", "started_on", "duration_text", "error"]
     list_filter = [TaskNameFilter, "status", "started_at"]
     show_full_result_count = False  # the history can be long; spare a COUNT(*) per page
     fields = [
@@ -241,14 +246,24 @@ class TaskRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("task"), ordering="task_name")
     def task(self, run: TaskRun) -> str:
+        name = format_html('<span class="ds-name">{}</span>', breakable(run.task_name))
         if not run.task_exists:
-            return run.task_name
+            return name
         url = reverse(
             "admin:django_scheduling_scheduledtask_change",
             args=[quote(run.task_name)],
             current_app=self.admin_site.name,
         )
-        return format_html('<a href="{}">{}</a>', url, run.task_name)
+        return format_html('<a href="{}">{}</a>', url, name)
+
+    @admin.display(description=_("started at"), ordering="started_at")
+    def started_on(self, run: TaskRun) -> str:
+        return format_html(
+            '{}<span class="ds-relative ds-one-line" title="{}">{}</span>',
+            format_time(run.started_at),
+            run.instance,
+            _("on %(instance)s") % {"instance": run.instance},
+        )
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, run: TaskRun) -> str:
@@ -260,14 +275,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("error"))
     def error(self, run: TaskRun) -> str:
-        if not (run.error_type or run.error_message):
-            return ""
-        message = Truncator(run.error_message).chars(120)
-        if run.error_type:
-            return format_html(
-                '<span class="ds-error"><b>{}</b>: {}</span>', run.error_type, message
-            )
-        return format_html('<span class="ds-error">{}</span>', message)
+        return format_run_error(run)
 
     @admin.display(description=_("traceback"))
     def traceback_text(self, run: TaskRun) -> str:

@@ -7,6 +7,7 @@ through the normal path (lock, history).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
@@ -20,8 +21,9 @@ from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils import dateformat, timezone
 from django.utils.decorators import method_decorator
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.text import Truncator
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
@@ -29,14 +31,16 @@ from django.views.decorators.http import require_POST
 
 from .conf import get_settings
 from .durations import format_duration
-from .models import ScheduledTask
+from .models import ScheduledTask, TaskRun
 from .monitoring import TaskState, overdue_tasks
 
 __all__ = [
     "STATE_LABELS",
     "TaskControlMixin",
     "badge",
+    "breakable",
     "format_moment",
+    "format_run_error",
     "format_time",
     "format_run_duration",
     "overdue_count",
@@ -55,6 +59,36 @@ STATE_LABELS = {
 def badge(kind: str, label: object) -> SafeString:
     """Return a coloured label; *kind* is a task state, a run status or "held"/"expired"."""
     return format_html('<span class="ds-badge ds-badge--{}">{}</span>', kind, label)
+
+
+def breakable(name: str) -> SafeString:
+    """Return *name* escaped, with line-break opportunities after its dots and underscores.
+
+    Task names are dotted paths that browsers cannot otherwise wrap; without these breaks a
+    long name widens its column, and with ``overflow-wrap: anywhere`` it would break mid-word.
+    """
+    parts = re.split(r"(?<=[._])(?=.)", name)
+    return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in parts))
+
+
+#: How much of an error message goes into the tooltip of its one-line summary.
+ERROR_TITLE_CHARS = 1000
+
+
+def format_run_error(run: TaskRun) -> SafeString:
+    """Return a run's error on one line (CSS cuts it): the exception's class name and the
+    message, with the whole text, class path included, as its tooltip."""
+    if not (run.error_type or run.error_message):
+        return mark_safe("")
+    text = f"{run.error_type}: {run.error_message}" if run.error_type else run.error_message
+    summary = Truncator(run.error_message).chars(200)
+    if run.error_type:
+        summary = format_html("<b>{}</b>: {}", run.error_type.rpartition(".")[2], summary)
+    return format_html(
+        '<span class="ds-error ds-one-line" title="{}">{}</span>',
+        Truncator(text).chars(ERROR_TITLE_CHARS),
+        summary,
+    )
 
 
 def format_time(moment: datetime | None) -> str:

@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 import django_scheduling
+from django_scheduling.admin_views import breakable
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 
 SCRIPT = "<script>alert(1)</script>"
@@ -507,6 +508,16 @@ class TaskRunAdminTests(AdminTestCase):
                 self.assertContains(response, f"bad input {ESCAPED_SCRIPT}")
                 self.assertContains(response, "ValueError")
 
+    def test_list_shows_the_error_on_one_line_with_the_whole_text_as_tooltip(self):
+        response = self.client.get(RUNS_URL)
+
+        self.assertContains(
+            response,
+            '<span class="ds-error ds-one-line" title="ValueError: bad input '
+            f'{ESCAPED_SCRIPT}"><b>ValueError</b>: bad input {ESCAPED_SCRIPT}</span>',
+            html=True,
+        )
+
     def test_detail_shows_the_traceback_in_pre(self):
         response = self.client.get(self.run_url(self.failed))
 
@@ -521,7 +532,12 @@ class TaskRunAdminTests(AdminTestCase):
     def test_task_name_links_to_the_task_only_if_it_exists(self):
         response = self.client.get(RUNS_URL)
 
-        self.assertContains(response, f'<a href="{task_url("reports.daily")}">reports.daily</a>')
+        self.assertContains(
+            response,
+            f'<a href="{task_url("reports.daily")}">'
+            '<span class="ds-name">reports.<wbr>daily</span></a>',
+            html=True,
+        )
         self.assertContains(response, "gone.task")
         self.assertNotContains(response, task_url("gone.task"))
 
@@ -543,6 +559,12 @@ class TaskRunAdminTests(AdminTestCase):
         delete_url = reverse("admin:django_scheduling_taskrun_delete", args=[self.failed.pk])
         self.assertEqual(self.client.post(delete_url, {"post": "yes"}).status_code, 403)
         self.assertTrue(TaskRun.objects.filter(pk=self.failed.pk).exists())
+
+
+class BreakableTests(TestCase):
+    def test_breaks_after_dots_and_underscores_and_escapes(self):
+        self.assertEqual(breakable("app.tasks.send_<b>"), "app.<wbr>tasks.<wbr>send_<wbr>&lt;b&gt;")
+        self.assertEqual(breakable("trailing."), "trailing.")
 
 
 class TaskLockAdminTests(AdminTestCase):

@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django import template
+from django.utils.safestring import SafeString
 
-from ..admin_views import format_run_duration, overdue_count
+from ..admin_views import format_run_duration, format_run_error, overdue_count
+from ..models import TaskRun
 
 register = template.Library()
 
@@ -21,3 +23,9 @@ def scheduling_overdue_count() -> int:
 def run_duration(value: timedelta | None) -> str:
     """Return a run's duration as "0.25s" or "1h3m20s"."""
     return format_run_duration(value)
+
+
+@register.filter
+def run_error(run: TaskRun) -> SafeString:
+    """Return a run's error on one line, with the whole text as its tooltip."""
+    return format_run_error(run)
