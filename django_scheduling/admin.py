@@ -14,7 +14,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
-from django.utils import dateformat, timezone
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
@@ -29,7 +29,7 @@ from .admin_views import (
     format_time,
 )
 from .conf import get_settings
-from .models import ScheduledTask, TaskLock, TaskRun
+from .models import ScheduledTask, TaskLock, TaskRun, TriggerKind
 from .monitoring import TaskState, annotate_state
 
 #: How many runs the page of a task lists.
@@ -94,27 +94,45 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
     list_filter = [StateFilter]
     search_fields = ["name"]
     actions = ["pause_tasks", "resume_tasks", "run_tasks"]
-    readonly_fields = ["state_badge", "next_fire", "last_run_summary", "lock"]
+    readonly_fields = [
+        "state_badge",
+        "trigger_text",
+        "next_fire",
+        "last_fire",
+        "last_run_summary",
+        "lock",
+        "run_requested",
+        "last_finished",
+        "anchor_time",
+        "removed",
+        "updated",
+    ]
     fieldsets = [
-        (None, {"fields": [("name", "state_badge"), ("kind", "trigger")]}),
+        (None, {"fields": [("name", "state_badge"), ("kind", "trigger_text")]}),
         (
             _("Schedule"),
             {
                 "fields": [
-                    ("next_fire", "last_fire_time"),
+                    ("next_fire", "last_fire"),
                     ("last_run_summary", "lock"),
-                    ("paused", "run_requested_at"),
+                    ("paused", "run_requested"),
                 ]
             },
         ),
         (
             _("Details"),
             {
-                "fields": [("last_finished_at", "anchor"), ("removed_at", "updated_at")],
+                "fields": [("last_finished", "anchor_time"), ("removed", "updated")],
                 "classes": ["collapse"],
             },
         ),
     ]
+    last_fire = time_column("last_fire_time", _("last fire time claimed"))
+    run_requested = time_column("run_requested_at", _("run requested at"))
+    last_finished = time_column("last_finished_at", _("last finished at"))
+    anchor_time = time_column("anchor", _("fixed-rate anchor"))
+    removed = time_column("removed_at", _("removed from code at"))
+    updated = time_column("updated_at", _("updated at"))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ScheduledTask]:
         conf, now = get_settings(), timezone.now()
@@ -159,7 +177,11 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
 
     @admin.display(description=_("trigger"), ordering="trigger")
     def trigger_text(self, task: ScheduledTask) -> str:
-        return format_html('<span class="ds-trigger">{}</span>', task.trigger)
+        text = task.trigger
+        if task.kind == TriggerKind.ONE_SHOT and task.anchor is not None:
+            # A one-shot's trigger text holds its time in ISO 8601; the anchor is that time.
+            text = _("once at %(time)s") % {"time": format_time(task.anchor)}
+        return format_html('<span class="ds-trigger">{}</span>', text)
 
     @admin.display(description=_("state"), ordering="state_order")
     def state_badge(self, task: ScheduledTask) -> str:
@@ -189,12 +211,16 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
     def lock(self, task: ScheduledTask) -> str:
         if task.lock_holder is None:
             return "-"
-        until = dateformat.format(timezone.localtime(task.lock_held_until), "H:i:s T")
+        # The date and the time each stay whole when a narrow column wraps the line.
+        date, time = format_time(task.lock_held_until).split(" ", 1)
+        until = format_html(
+            '<span class="ds-nowrap">{}</span> <span class="ds-nowrap">{}</span>', date, time
+        )
         return format_html(
             '<span class="ds-one-line" title="{}">{}</span><span class="ds-relative">{}</span>',
             task.lock_holder,
             task.lock_holder,
-            _("until %(time)s") % {"time": until},
+            format_html(_("until {}"), until),
         )
 
 

@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
-from django.utils import dateformat, timezone
+from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -31,6 +31,7 @@ from django.views.decorators.http import require_POST
 
 from .conf import get_settings
 from .durations import format_duration
+from .formats import format_time
 from .models import ScheduledTask, TaskRun
 from .monitoring import TaskState, overdue_tasks
 
@@ -89,13 +90,6 @@ def format_run_error(run: TaskRun) -> SafeString:
         Truncator(text).chars(ERROR_TITLE_CHARS),
         summary,
     )
-
-
-def format_time(moment: datetime | None) -> str:
-    """Return *moment* in the project's time zone, to the second and with the zone's name."""
-    if moment is None:
-        return "-"
-    return dateformat.format(timezone.localtime(moment), "Y-m-d H:i:s T")
 
 
 def format_moment(moment: datetime | None, *, now: datetime) -> str:

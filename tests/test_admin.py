@@ -11,6 +11,7 @@ from django.test import Client, TestCase, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import strip_tags
 
 import django_scheduling
 from django_scheduling.admin_views import breakable
@@ -23,9 +24,8 @@ VIEW_ALL = ["view_scheduledtask", "view_taskrun", "view_tasklock"]
 
 def make_task(name: str, next_fire_time: datetime | None, **fields) -> ScheduledTask:
     fields.setdefault("trigger", "every 30s")
-    return ScheduledTask.objects.create(
-        name=name, kind="fixed_rate", next_fire_time=next_fire_time, **fields
-    )
+    fields.setdefault("kind", "fixed_rate")
+    return ScheduledTask.objects.create(name=name, next_fire_time=next_fire_time, **fields)
 
 
 def make_run(task_name: str, started_at: datetime, **fields) -> TaskRun:
@@ -271,6 +271,91 @@ class OverdueRuleTests(AdminTestCase):
         )
         self.assertEqual(set(self.rows(overdue)), {"six.minutes.late", "fired.before"})
         self.assertContains(response, "2 overdue")
+
+
+@override_settings(TIME_ZONE="Europe/Berlin")
+class TimeFormatTests(AdminTestCase):
+    """Every time in the admin reads the same: project zone, seconds, zone abbreviation."""
+
+    WINTER = datetime(2026, 1, 15, 12, 0, 5, tzinfo=UTC)
+    SUMMER = datetime(2026, 7, 15, 12, 0, 5, tzinfo=UTC)
+    FUTURE = datetime(2031, 1, 15, 17, 30, 0, tzinfo=UTC)
+    WINTER_TEXT = "2026-01-15 13:00:05 CET"
+    SUMMER_TEXT = "2026-07-15 14:00:05 CEST"
+    FUTURE_TEXT = "2031-01-15 18:30:00 CET"
+
+    def setUp(self):
+        super().setUp()
+        self.run = make_run(
+            "once",
+            self.WINTER,
+            scheduled_at=self.WINTER,
+            finished_at=self.SUMMER,
+            duration=self.SUMMER - self.WINTER,
+        )
+        make_task(
+            "once",
+            None,
+            kind="one_shot",
+            trigger=f"once at {self.SUMMER.isoformat()}",
+            anchor=self.SUMMER,
+            last_fire_time=self.WINTER,
+            last_finished_at=self.SUMMER,
+            last_run=self.run,
+        )
+        make_task("every.minute", self.FUTURE, run_requested_at=self.SUMMER)
+        TaskLock.objects.create(
+            name="every.minute", locked_by="w:1", locked_at=self.SUMMER, lock_until=self.FUTURE
+        )
+
+    def test_the_task_list(self):
+        text = strip_tags(self.client.get(TASKS_URL).content.decode())
+
+        self.assertIn(f"once at {self.SUMMER_TEXT}", text)  # not raw ISO
+        self.assertEqual(text.count(self.FUTURE_TEXT), 2)  # next fire time, lock
+        self.assertIn(f"until {self.FUTURE_TEXT}", text)
+
+    def test_a_task_page(self):
+        response = self.client.get(task_url("once"))
+
+        self.assertContains(response, f"once at {self.SUMMER_TEXT}")
+        for label, text in [
+            ("Last fire time claimed", self.WINTER_TEXT),
+            ("Last finished at", self.SUMMER_TEXT),
+            ("Fixed-rate anchor", self.SUMMER_TEXT),
+        ]:
+            with self.subTest(label):
+                self.assertRegex(
+                    response.content.decode(), rf"{label}:</label>\s*<div[^>]*>{text}</div>"
+                )
+        recent = response.content.decode().split('id="ds-recent-runs"')[1]
+        self.assertIn(f"<td>{self.WINTER_TEXT}</td>", recent)  # scheduled for
+        self.assertIn(f"<td>{self.WINTER_TEXT}<span", recent)  # started at, then the instance
+
+        response = self.client.get(task_url("every.minute"))
+        self.assertRegex(
+            response.content.decode(),
+            rf"Run requested at:</label>\s*<div[^>]*>{self.SUMMER_TEXT}</div>",
+        )
+
+    def test_a_run_page_title_and_breadcrumb(self):
+        response = self.client.get(
+            reverse("admin:django_scheduling_taskrun_change", args=[self.run.pk])
+        )
+
+        name = f"once at {self.WINTER_TEXT}"
+        self.assertEqual(str(self.run), name)
+        self.assertContains(response, f"<title>{name} | View task run")
+        self.assertContains(response, f"&rsaquo; {name}\n</div>")  # the breadcrumb
+        self.assertContains(response, f"<h2>{name}</h2>")
+        for text in (self.WINTER_TEXT, self.SUMMER_TEXT):  # scheduled, started, finished
+            self.assertContains(response, f'<div class="readonly">{text}</div>', html=True)
+
+    def test_the_run_and_lock_lists(self):
+        self.assertContains(self.client.get(RUNS_URL), self.WINTER_TEXT)
+        locks = self.client.get(LOCKS_URL)
+        self.assertContains(locks, self.SUMMER_TEXT)
+        self.assertContains(locks, self.FUTURE_TEXT)
 
 
 class TaskDetailTests(AdminTestCase):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django import template
 from django.utils.safestring import SafeString
 
 from ..admin_views import format_run_duration, format_run_error, overdue_count
+from ..formats import format_time
 from ..models import TaskRun
 
 register = template.Library()
@@ -17,6 +18,12 @@ register = template.Library()
 def scheduling_overdue_count() -> int:
     """Return how many scheduled tasks are overdue now."""
     return overdue_count()
+
+
+@register.filter
+def time_with_zone(value: datetime | None) -> str:
+    """Return a time as every page of the app writes it: "2026-03-29 03:00:05 CEST"."""
+    return format_time(value)
 
 
 @register.filter
