@@ -189,7 +189,7 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
 
     @admin.display(description=_("next fire time"), ordering="next_fire_time")
     def next_fire(self, task: ScheduledTask) -> str:
-        return format_moment(task.next_fire_time, now=timezone.now())
+        return format_moment(task.next_fire_time)
 
     @admin.display(description=_("last run"))
     def last_run_summary(self, task: ScheduledTask) -> str:

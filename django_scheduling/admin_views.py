@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.auth import get_permission_codename
+from django.contrib.humanize.templatetags.humanize import naturaltime
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
@@ -24,7 +25,6 @@ from django.utils.decorators import method_decorator
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
-from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_POST
@@ -92,24 +92,15 @@ def format_run_error(run: TaskRun) -> SafeString:
     )
 
 
-def format_moment(moment: datetime | None, *, now: datetime) -> str:
-    """Return *moment* as ``format_time`` does, followed by "in 3 minutes" or "5 minutes ago"."""
+def format_moment(moment: datetime | None) -> str:
+    """Return *moment* as ``format_time`` does, followed by "3 minutes from now" or "5 minutes
+    ago" (Django's ``naturaltime``, which needs no ``django.contrib.humanize`` in
+    ``INSTALLED_APPS`` when called as a function)."""
     if moment is None:
         return "-"
     return format_html(
-        '{}<br><span class="ds-relative">{}</span>', format_time(moment), _relative(moment, now)
+        '{}<span class="ds-relative">{}</span>', format_time(moment), naturaltime(moment)
     )
-
-
-def _relative(moment: datetime, now: datetime) -> str:
-    seconds = round(abs((moment - now).total_seconds()))
-    if seconds < 60:  # timesince() would say "0 minutes"
-        delta = ngettext("%d second", "%d seconds", seconds) % seconds
-    else:
-        delta = timeuntil(moment, now) if moment > now else timesince(moment, now)
-    if moment > now:
-        return _("in %(delta)s") % {"delta": delta}
-    return _("%(delta)s ago") % {"delta": delta}
 
 
 def format_run_duration(delta: timedelta | None) -> str:

@@ -114,14 +114,23 @@ class TaskChangeListTests(AdminTestCase):
     @override_settings(TIME_ZONE="America/New_York")
     def test_next_fire_time_in_the_project_time_zone(self):
         make_task("yearly", datetime(2031, 1, 15, 17, 0, tzinfo=UTC))
-        make_task("soon", self.now + timedelta(minutes=3, seconds=30))
-        make_task("late", self.now - timedelta(minutes=5, seconds=30))
 
         response = self.client.get(TASKS_URL)
 
         self.assertContains(response, "2031-01-15 12:00:00 EST")
-        self.assertContains(response, "in 3\xa0minutes")
+
+    def test_relative_times_as_django_humanize_writes_them(self):
+        make_task("soon", self.now + timedelta(minutes=3, seconds=30))
+        make_task("late", self.now - timedelta(minutes=5, seconds=30))
+        make_task("in.seconds", self.now + timedelta(seconds=40))
+        make_task("in.hours", self.now + timedelta(hours=2, minutes=59, seconds=30))
+
+        response = self.client.get(TASKS_URL)
+
+        self.assertContains(response, "3\xa0minutes from now")
         self.assertContains(response, "5\xa0minutes ago")
+        self.assertRegex(response.content.decode(), "[34][0-9]\xa0seconds from now")
+        self.assertContains(response, "2\xa0hours from now")
 
     def test_last_run_and_lock_holder(self):
         run = make_run("cleanup", self.now - timedelta(minutes=1), duration=timedelta(seconds=1.5))
