@@ -35,6 +35,9 @@ from .monitoring import TaskState, annotate_state
 #: How many runs the page of a task lists.
 RECENT_RUNS = 20
 
+#: The admin home page with the overdue count; see ``show_overdue_count_on_home_page()``.
+INDEX_TEMPLATE = "admin/django_scheduling/index.html"
+
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     """An admin that shows rows of the scheduling database and never adds, edits or deletes."""
@@ -324,3 +327,18 @@ class TaskLockAdmin(ReadOnlyAdmin):
         if lock.lock_until > timezone.now():
             return badge("held", _("held"))
         return badge("expired", _("expired"))
+
+
+def show_overdue_count_on_home_page(site: admin.AdminSite) -> None:
+    """Make *site*'s home page show how many tasks are overdue, unless it has its own template.
+
+    An app's ``admin/index.html`` overrides Django's only when the app is listed above
+    ``django.contrib.admin`` in ``INSTALLED_APPS``; the site's ``index_template`` works in any
+    order. A site with its own index template can include
+    ``admin/django_scheduling/overdue_summary.html``.
+    """
+    if site.index_template is None:
+        site.index_template = INDEX_TEMPLATE
+
+
+show_overdue_count_on_home_page(admin.site)

@@ -1,8 +1,8 @@
 """The admin pages: task overview, run history, locks, and the pause / resume / run-now controls."""
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
+from django.conf import settings
 from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
@@ -13,7 +13,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import strip_tags
 
-import django_scheduling
 from django_scheduling.admin_views import breakable
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 
@@ -208,29 +207,36 @@ class TaskChangeListTests(AdminTestCase):
         self.assertEqual(response.status_code, 200)
         self.assertNotContains(response, "overdue")
 
-    def test_main_index_shows_the_count_when_the_app_template_comes_first(self):
-        # What a project gets by listing django_scheduling above django.contrib.admin.
+    def test_main_index_shows_the_count_whatever_the_order_of_installed_apps(self):
         make_task("late", self.now - timedelta(hours=1))
-        templates = Path(django_scheduling.__file__).parent / "templates"
-        engine = {
-            "BACKEND": "django.template.backends.django.DjangoTemplates",
-            "DIRS": [templates],
-            "APP_DIRS": True,
-            "OPTIONS": {
-                "context_processors": [
-                    "django.template.context_processors.request",
-                    "django.contrib.auth.context_processors.auth",
-                    "django.contrib.messages.context_processors.messages",
-                ]
-            },
+        others = [app for app in settings.INSTALLED_APPS if app != "django_scheduling"]
+        admin_position = others.index("django.contrib.admin")
+        orders = {
+            "django_scheduling last": [*others, "django_scheduling"],
+            "django_scheduling above django.contrib.admin": [
+                *others[:admin_position],
+                "django_scheduling",
+                *others[admin_position:],
+            ],
         }
-        with override_settings(TEMPLATES=[engine]):
-            index = self.client.get(reverse("admin:index"))
-            app_index = self.client.get(reverse("admin:app_list", args=["django_scheduling"]))
+        for label, installed_apps in orders.items():
+            with self.subTest(label), override_settings(INSTALLED_APPS=installed_apps):
+                index = self.client.get(reverse("admin:index"))
+                app_index = self.client.get(reverse("admin:app_list", args=["django_scheduling"]))
 
-        self.assertContains(index, "1 overdue", count=1)
-        self.assertContains(index, "Recent actions")  # the rest of the page is still there
-        self.assertContains(app_index, "1 overdue", count=1)
+                self.assertContains(index, "1 overdue", count=1)
+                self.assertContains(index, "Recent actions")  # the rest of the page is there
+                self.assertContains(index, "django_scheduling/admin.css", count=1)
+                self.assertContains(app_index, "1 overdue", count=1)
+
+    def test_main_index_count_needs_the_view_permission_on_tasks(self):
+        make_task("late", self.now - timedelta(hours=1))
+        self.client.force_login(staff_user("runs-only", "view_taskrun"))
+
+        response = self.client.get(reverse("admin:index"))
+
+        self.assertContains(response, "Task runs")
+        self.assertNotContains(response, "overdue")
 
     def test_view_permission_is_required(self):
         self.client.force_login(staff_user("nobody"))
