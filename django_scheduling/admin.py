@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy as _
 from .admin_views import (
     STATE_LABELS,
     TaskControlMixin,
+    admin_settings,
     badge,
     breakable,
     format_moment,
@@ -28,7 +29,6 @@ from .admin_views import (
     format_run_error,
     format_time,
 )
-from .conf import get_settings
 from .models import ScheduledTask, TaskLock, TaskRun, TriggerKind
 from .monitoring import TaskState, annotate_state
 
@@ -46,7 +46,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         css = {"all": ["django_scheduling/admin.css"]}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        return super().get_queryset(request).using(get_settings().database)
+        return super().get_queryset(request).using(admin_settings().database)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -138,7 +138,7 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
     updated = time_column("updated_at", _("updated at"))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ScheduledTask]:
-        conf, now = get_settings(), timezone.now()
+        conf, now = admin_settings(), timezone.now()
         held = TaskLock.objects.filter(name=OuterRef("name"), lock_until__gt=now)
         # Annotate before ordering: the default order sorts on the state.
         tasks = self.model._default_manager.using(conf.database)
@@ -165,7 +165,7 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        runs = TaskRun.objects.using(get_settings().database).filter(task_name=unquote(object_id))
+        runs = TaskRun.objects.using(admin_settings().database).filter(task_name=unquote(object_id))
         context = {
             "recent_runs": runs.order_by("-started_at", "-id")[:RECENT_RUNS],
             "can_pause": self.has_pause_permission(request),
@@ -233,7 +233,7 @@ class TaskNameFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list:
         names = (
-            TaskRun.objects.using(get_settings().database)
+            TaskRun.objects.using(admin_settings().database)
             .order_by("task_name")
             .values_list("task_name", flat=True)
             .distinct()

@@ -11,11 +11,13 @@ import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
+from django.apps import apps
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.auth import get_permission_codename
 from django.contrib.humanize.templatetags.humanize import naturaltime
-from django.core.exceptions import PermissionDenied
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -29,7 +31,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_POST
 
-from .conf import get_settings
+from .conf import SchedulingSettings, get_settings
 from .durations import format_duration
 from .formats import format_time
 from .models import ScheduledTask, TaskRun
@@ -38,8 +40,10 @@ from .monitoring import TaskState, overdue_tasks
 __all__ = [
     "STATE_LABELS",
     "TaskControlMixin",
+    "admin_settings",
     "badge",
     "breakable",
+    "configuration_errors",
     "format_moment",
     "format_run_error",
     "format_time",
@@ -55,6 +59,41 @@ STATE_LABELS = {
     TaskState.REMOVED: gettext_lazy("removed"),
     TaskState.DONE: gettext_lazy("done"),
 }
+
+
+def admin_settings() -> SchedulingSettings:
+    """Return the ``SCHEDULING`` setting, or its defaults while it is invalid.
+
+    The pages keep working with the defaults; their banner (``configuration_errors()``) names
+    the mistake.
+    """
+    try:
+        return get_settings()
+    except ImproperlyConfigured:
+        return SchedulingSettings.from_dict({})
+
+
+def configuration_errors(request: HttpRequest | None = None) -> list[checks.CheckMessage]:
+    """Return the errors of the app's system checks; while there are any, the scheduler does
+    not start.
+
+    Only the app's own checks run (tag ``django_scheduling``), and once per *request*: the
+    result is kept on it.
+    """
+    cached = getattr(request, "_scheduling_configuration_errors", None)
+    if cached is not None:
+        return cached
+    found = checks.run_checks(
+        app_configs=[apps.get_app_config("django_scheduling")], tags=["django_scheduling"]
+    )
+    errors = [
+        message
+        for message in found
+        if message.is_serious() and (message.id or "").startswith("django_scheduling.")
+    ]
+    if request is not None:
+        request._scheduling_configuration_errors = errors
+    return errors
 
 
 def badge(kind: str, label: object) -> SafeString:
@@ -114,7 +153,7 @@ def format_run_duration(delta: timedelta | None) -> str:
 
 def overdue_count() -> int:
     """Return how many tasks are overdue now."""
-    conf = get_settings()
+    conf = admin_settings()
     return overdue_tasks(
         now=timezone.now(), overdue_after=conf.overdue_after, using=conf.database
     ).count()
@@ -205,7 +244,7 @@ class TaskControlMixin:
         # Permission before lookup, so that users without it learn nothing about which tasks exist.
         if not allowed(request):
             raise PermissionDenied
-        manager = ScheduledTask.objects.using(get_settings().database)
+        manager = ScheduledTask.objects.using(admin_settings().database)
         task = get_object_or_404(manager, pk=unquote(object_id))
         level, message = apply(request, task)
         self.message_user(request, message, level)
@@ -243,7 +282,7 @@ class TaskControlMixin:
 
     def _set_paused(self, request: HttpRequest, names: Iterable[str], *, paused: bool) -> int:
         """Pause or resume the tasks *names*; log and return how many changed."""
-        manager = ScheduledTask.objects.using(get_settings().database)
+        manager = ScheduledTask.objects.using(admin_settings().database)
         to_change = manager.filter(pk__in=list(names), paused=not paused)
         tasks = list(to_change)
         changed = to_change.update(paused=paused)
@@ -256,7 +295,7 @@ class TaskControlMixin:
 
         Removed tasks and tasks with a request still pending are left alone.
         """
-        manager = ScheduledTask.objects.using(get_settings().database)
+        manager = ScheduledTask.objects.using(admin_settings().database)
         to_request = manager.filter(
             pk__in=list(names), run_requested_at__isnull=True, removed_at__isnull=True
         )

@@ -1,6 +1,7 @@
 """The admin pages: task overview, run history, locks, and the pause / resume / run-now controls."""
 
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 from django.conf import settings
 from django.contrib.admin.models import LogEntry
@@ -13,8 +14,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import strip_tags
 
+from django_scheduling import checks as scheduling_checks
 from django_scheduling.admin_views import breakable
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
+from django_scheduling.registry import TaskRegistry
 
 SCRIPT = "<script>alert(1)</script>"
 ESCAPED_SCRIPT = "&lt;script&gt;alert(1)&lt;/script&gt;"
@@ -371,6 +374,72 @@ class TimeFormatTests(AdminTestCase):
         locks = self.client.get(LOCKS_URL)
         self.assertContains(locks, self.SUMMER_TEXT)
         self.assertContains(locks, self.FUTURE_TEXT)
+
+
+def job():
+    pass
+
+
+class ConfigurationErrorBannerTests(AdminTestCase):
+    """A banner says the scheduler is not running, and why, when the app's checks fail."""
+
+    pages = {
+        "home": reverse("admin:index"),
+        "app index": reverse("admin:app_list", args=["django_scheduling"]),
+        "task list": TASKS_URL,
+    }
+
+    def use_tasks(self, tasks: TaskRegistry) -> None:
+        patcher = mock.patch.object(scheduling_checks, "registry", tasks)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def test_banner_names_each_error_escaped(self):
+        tasks = TaskRegistry()
+        tasks.add(job, cron="0 0 25 * * *", name=f"nightly {SCRIPT}")
+        tasks.add(job, fixed_rate="often", name="reports.hourly")
+        self.use_tasks(tasks)
+
+        for page, url in self.pages.items():
+            with self.subTest(page):
+                response = self.client.get(url)
+
+                self.assertContains(response, 'id="ds-configuration-errors"', count=1)
+                self.assertContains(response, "The scheduler is not running")
+                self.assertContains(response, "django_scheduling.E001", count=2)
+                self.assertContains(response, "hour value 25 is out of range 0-23")
+                self.assertContains(response, "invalid fixed_rate &#x27;often&#x27;")
+                self.assertContains(response, f"nightly {ESCAPED_SCRIPT}")
+                self.assertNotContains(response, SCRIPT)
+
+    def test_a_setting_error_is_shown_too(self):
+        self.use_tasks(TaskRegistry())
+
+        with override_settings(SCHEDULING={"OVERDUE_AFTER": "soon"}):
+            response = self.client.get(TASKS_URL)
+
+        self.assertContains(response, 'id="ds-configuration-errors"')
+        self.assertContains(response, "django_scheduling.E004")
+
+    def test_no_banner_when_all_is_well(self):
+        tasks = TaskRegistry()
+        tasks.add(job, cron="0 0 2 * * *", name="nightly")
+        self.use_tasks(tasks)
+
+        for page, url in self.pages.items():
+            with self.subTest(page):
+                self.assertNotContains(self.client.get(url), "ds-configuration-errors")
+
+    def test_no_banner_for_users_who_cannot_see_the_app(self):
+        tasks = TaskRegistry()
+        tasks.add(job, cron="0 0 25 * * *", name="nightly")
+        self.use_tasks(tasks)
+        self.client.force_login(staff_user("nobody"))
+
+        response = self.client.get(reverse("admin:index"))
+
+        self.assertEqual(response.status_code, 200)
+        self.assertNotContains(response, "ds-configuration-errors")
 
 
 class TaskDetailTests(AdminTestCase):

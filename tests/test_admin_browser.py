@@ -2,6 +2,7 @@
 at a laptop's width and a phone's."""
 
 from datetime import timedelta
+from unittest import mock
 
 import pytest
 from django.contrib.admin.utils import quote
@@ -11,7 +12,9 @@ from django.utils import timezone
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
+from django_scheduling import checks as scheduling_checks
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
+from django_scheduling.registry import TaskRegistry
 
 from .browser import BrowserTestCase
 
@@ -192,6 +195,22 @@ class AdminBrowserTests(BrowserTestCase):
             name, timezone.now(), RunStatus.SUCCEEDED, scheduled_at=None, instance="scheduler-1:77"
         )
         ScheduledTask.objects.filter(name=name).update(last_run=run)
+
+    def test_configuration_errors_banner(self):
+        tasks = TaskRegistry()
+        tasks.add(text, cron="0 0 25 * * *", name=f"nightly {SCRIPT}")
+        self.log_in("admin", PASSWORD)
+
+        with mock.patch.object(scheduling_checks, "registry", tasks):
+            self.open(TASKS_URL)
+            banner = self.wait_for("#ds-configuration-errors")
+            self.screenshot("configuration-errors")
+
+        self.assertTrue(banner.is_displayed())
+        self.assertIn("The scheduler is not running", banner.text)
+        self.assertIn(f"nightly {SCRIPT}", banner.text)  # shown as text, not run
+        self.assertIn("hour value 25 is out of range 0-23", banner.text)
+        self.wait_for("#result_list")  # the list is still there
 
     def test_staff_without_permissions_is_refused(self):
         viewer = User.objects.create_user("viewer", password=PASSWORD, is_staff=True)

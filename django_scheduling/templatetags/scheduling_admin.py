@@ -5,9 +5,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django import template
+from django.core.checks import CheckMessage
 from django.utils.safestring import SafeString
 
-from ..admin_views import format_run_duration, format_run_error, overdue_count
+from ..admin_views import (
+    configuration_errors,
+    format_run_duration,
+    format_run_error,
+    overdue_count,
+)
 from ..formats import format_time
 from ..models import TaskRun
 
@@ -18,6 +24,15 @@ register = template.Library()
 def scheduling_overdue_count() -> int:
     """Return how many scheduled tasks are overdue now."""
     return overdue_count()
+
+
+@register.simple_tag(takes_context=True)
+def scheduling_configuration_errors(context: template.Context) -> list[CheckMessage]:
+    """Return the errors that keep the scheduler from starting, for users who may see the app."""
+    request = getattr(context, "request", None)
+    if request is None or not request.user.has_module_perms("django_scheduling"):
+        return []
+    return configuration_errors(request)
 
 
 @register.filter
