@@ -16,7 +16,7 @@ from django_scheduling import checks as scheduling_checks
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.registry import TaskRegistry
 
-from .browser import BrowserTestCase
+from .browser import WINDOW_SIZE, BrowserTestCase
 
 SCRIPT = "<script>alert(1)</script>"
 PASSWORD = "correct horse battery staple"
@@ -245,7 +245,7 @@ class AdminLayoutTests(BrowserTestCase):
     def setUp(self):
         super().setUp()
         User.objects.create_superuser("admin", "admin@example.com", PASSWORD)
-        self.addCleanup(self.browser.set_window_size, 1400, 900)
+        self.addCleanup(self.browser.set_window_size, *WINDOW_SIZE)
         now = timezone.now()
         # Name, trigger, next fire time in minutes from now.
         tasks = [
