@@ -14,25 +14,29 @@ from django.contrib.admin.views.main import ChangeList
 from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
-from django.utils import dateformat, timezone
+from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from .admin_views import (
     STATE_LABELS,
     TaskControlMixin,
+    admin_settings,
     badge,
+    breakable,
     format_moment,
     format_run_duration,
+    format_run_error,
     format_time,
 )
-from .conf import get_settings
-from .models import ScheduledTask, TaskLock, TaskRun
+from .models import ScheduledTask, TaskLock, TaskRun, TriggerKind
 from .monitoring import TaskState, annotate_state
 
 #: How many runs the page of a task lists.
 RECENT_RUNS = 20
+
+#: The admin home page with the overdue count; see ``show_overdue_count_on_home_page()``.
+INDEX_TEMPLATE = "admin/django_scheduling/index.html"
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -42,7 +46,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         css = {"all": ["django_scheduling/admin.css"]}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        return super().get_queryset(request).using(get_settings().database)
+        return super().get_queryset(request).using(admin_settings().database)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -88,34 +92,53 @@ class StateFilter(admin.SimpleListFilter):
 
 @admin.register(ScheduledTask)
 class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
-    list_display = ["name", "trigger", "state_badge", "next_fire", "last_run_summary", "lock"]
+    list_display = ["task", "state_badge", "next_fire", "trigger_text", "last_run_summary", "lock"]
+    list_display_links = ["task"]
     list_filter = [StateFilter]
     search_fields = ["name"]
     actions = ["pause_tasks", "resume_tasks", "run_tasks"]
-    readonly_fields = ["state_badge", "next_fire", "last_run_summary", "lock"]
+    readonly_fields = [
+        "state_badge",
+        "trigger_text",
+        "next_fire",
+        "last_fire",
+        "last_run_summary",
+        "lock",
+        "run_requested",
+        "last_finished",
+        "anchor_time",
+        "removed",
+        "updated",
+    ]
     fieldsets = [
-        (None, {"fields": [("name", "state_badge"), ("kind", "trigger")]}),
+        (None, {"fields": [("name", "state_badge"), ("kind", "trigger_text")]}),
         (
             _("Schedule"),
             {
                 "fields": [
-                    ("next_fire", "last_fire_time"),
+                    ("next_fire", "last_fire"),
                     ("last_run_summary", "lock"),
-                    ("paused", "run_requested_at"),
+                    ("paused", "run_requested"),
                 ]
             },
         ),
         (
             _("Details"),
             {
-                "fields": [("last_finished_at", "anchor"), ("removed_at", "updated_at")],
+                "fields": [("last_finished", "anchor_time"), ("removed", "updated")],
                 "classes": ["collapse"],
             },
         ),
     ]
+    last_fire = time_column("last_fire_time", _("last fire time claimed"))
+    run_requested = time_column("run_requested_at", _("run requested at"))
+    last_finished = time_column("last_finished_at", _("last finished at"))
+    anchor_time = time_column("anchor", _("fixed-rate anchor"))
+    removed = time_column("removed_at", _("removed from code at"))
+    updated = time_column("updated_at", _("updated at"))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ScheduledTask]:
-        conf, now = get_settings(), timezone.now()
+        conf, now = admin_settings(), timezone.now()
         held = TaskLock.objects.filter(name=OuterRef("name"), lock_until__gt=now)
         # Annotate before ordering: the default order sorts on the state.
         tasks = self.model._default_manager.using(conf.database)
@@ -142,7 +165,7 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        runs = TaskRun.objects.using(get_settings().database).filter(task_name=unquote(object_id))
+        runs = TaskRun.objects.using(admin_settings().database).filter(task_name=unquote(object_id))
         context = {
             "recent_runs": runs.order_by("-started_at", "-id")[:RECENT_RUNS],
             "can_pause": self.has_pause_permission(request),
@@ -151,13 +174,25 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
         }
         return super().change_view(request, object_id, form_url, context)
 
+    @admin.display(description=_("name"), ordering="name")
+    def task(self, task: ScheduledTask) -> str:
+        return format_html('<span class="ds-name">{}</span>', breakable(task.name))
+
+    @admin.display(description=_("trigger"), ordering="trigger")
+    def trigger_text(self, task: ScheduledTask) -> str:
+        text = task.trigger
+        if task.kind == TriggerKind.ONE_SHOT and task.anchor is not None:
+            # A one-shot's trigger text holds its time in ISO 8601; the anchor is that time.
+            text = _("once at %(time)s") % {"time": format_time(task.anchor)}
+        return format_html('<span class="ds-trigger">{}</span>', text)
+
     @admin.display(description=_("state"), ordering="state_order")
     def state_badge(self, task: ScheduledTask) -> str:
         return badge(task.state, STATE_LABELS[TaskState(task.state)])
 
     @admin.display(description=_("next fire time"), ordering="next_fire_time")
     def next_fire(self, task: ScheduledTask) -> str:
-        return format_moment(task.next_fire_time, now=timezone.now())
+        return format_moment(task.next_fire_time)
 
     @admin.display(description=_("last run"))
     def last_run_summary(self, task: ScheduledTask) -> str:
@@ -165,7 +200,7 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
         if run is None:
             return "-"
         return format_html(
-            '<a href="{}">{}</a> {}',
+            '<a href="{}">{}</a><span class="ds-relative">{}</span>',
             reverse(
                 "admin:django_scheduling_taskrun_change",
                 args=[run.pk],
@@ -179,11 +214,16 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
     def lock(self, task: ScheduledTask) -> str:
         if task.lock_holder is None:
             return "-"
-        until = dateformat.format(timezone.localtime(task.lock_held_until), "H:i:s T")
+        # The date and the time each stay whole when a narrow column wraps the line.
+        date, time = format_time(task.lock_held_until).split(" ", 1)
+        until = format_html(
+            '<span class="ds-nowrap">{}</span> <span class="ds-nowrap">{}</span>', date, time
+        )
         return format_html(
-            '{}<br><span class="ds-relative">{}</span>',
+            '<span class="ds-one-line" title="{}">{}</span><span class="ds-relative">{}</span>',
             task.lock_holder,
-            _("until %(time)s") % {"time": until},
+            task.lock_holder,
+            format_html(_("until {}"), until),
         )
 
 
@@ -193,7 +233,7 @@ class TaskNameFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list:
         names = (
-            TaskRun.objects.using(get_settings().database)
+            TaskRun.objects.using(admin_settings().database)
             .order_by("task_name")
             .values_list("task_name", flat=True)
             .distinct()
@@ -206,16 +246,10 @@ class TaskNameFilter(admin.SimpleListFilter):
 
 @admin.register(TaskRun)
 class TaskRunAdmin(ReadOnlyAdmin):
-    list_display = [
-        "id",
-        "task",
-        "status_badge",
-        "scheduled",
-        "started",
-        "duration_text",
-        "instance",
-        "error",
-    ]
+    # Compact for a laptop's width: the instance goes under the start time, the fire time it
+    # served is on the run's page, and the error takes the rest of the row, on one line.
+    # The status before the task: on a phone, the list shows the first columns.
+    list_display = ["id", "status_badge", "task", "started_on", "duration_text", "error"]
     list_filter = [TaskNameFilter, "status", "started_at"]
     show_full_result_count = False  # the history can be long; spare a COUNT(*) per page
     fields = [
@@ -241,14 +275,24 @@ class TaskRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("task"), ordering="task_name")
     def task(self, run: TaskRun) -> str:
+        name = format_html('<span class="ds-name">{}</span>', breakable(run.task_name))
         if not run.task_exists:
-            return run.task_name
+            return name
         url = reverse(
             "admin:django_scheduling_scheduledtask_change",
             args=[quote(run.task_name)],
             current_app=self.admin_site.name,
         )
-        return format_html('<a href="{}">{}</a>', url, run.task_name)
+        return format_html('<a href="{}">{}</a>', url, name)
+
+    @admin.display(description=_("started at"), ordering="started_at")
+    def started_on(self, run: TaskRun) -> str:
+        return format_html(
+            '{}<span class="ds-relative ds-one-line" title="{}">{}</span>',
+            format_time(run.started_at),
+            run.instance,
+            _("on %(instance)s") % {"instance": run.instance},
+        )
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, run: TaskRun) -> str:
@@ -260,14 +304,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("error"))
     def error(self, run: TaskRun) -> str:
-        if not (run.error_type or run.error_message):
-            return ""
-        message = Truncator(run.error_message).chars(120)
-        if run.error_type:
-            return format_html(
-                '<span class="ds-error"><b>{}</b>: {}</span>', run.error_type, message
-            )
-        return format_html('<span class="ds-error">{}</span>', message)
+        return format_run_error(run)
 
     @admin.display(description=_("traceback"))
     def traceback_text(self, run: TaskRun) -> str:
@@ -290,3 +327,18 @@ class TaskLockAdmin(ReadOnlyAdmin):
         if lock.lock_until > timezone.now():
             return badge("held", _("held"))
         return badge("expired", _("expired"))
+
+
+def show_overdue_count_on_home_page(site: admin.AdminSite) -> None:
+    """Make *site*'s home page show how many tasks are overdue, unless it has its own template.
+
+    An app's ``admin/index.html`` overrides Django's only when the app is listed above
+    ``django.contrib.admin`` in ``INSTALLED_APPS``; the site's ``index_template`` works in any
+    order. A site with its own index template can include
+    ``admin/django_scheduling/overdue_summary.html``.
+    """
+    if site.index_template is None:
+        site.index_template = INDEX_TEMPLATE
+
+
+show_overdue_count_on_home_page(admin.site)

@@ -7,36 +7,45 @@ through the normal path (lock, history).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
+from django.apps import apps
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.auth import get_permission_codename
-from django.core.exceptions import PermissionDenied
+from django.contrib.humanize.templatetags.humanize import naturaltime
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
-from django.utils import dateformat, timezone
+from django.utils import timezone
 from django.utils.decorators import method_decorator
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
-from django.utils.timesince import timesince, timeuntil
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_POST
 
-from .conf import get_settings
+from .conf import SchedulingSettings, get_settings
 from .durations import format_duration
-from .models import ScheduledTask
+from .formats import format_time
+from .models import ScheduledTask, TaskRun
 from .monitoring import TaskState, overdue_tasks
 
 __all__ = [
     "STATE_LABELS",
     "TaskControlMixin",
+    "admin_settings",
     "badge",
+    "breakable",
+    "configuration_errors",
     "format_moment",
+    "format_run_error",
     "format_time",
     "format_run_duration",
     "overdue_count",
@@ -52,36 +61,85 @@ STATE_LABELS = {
 }
 
 
+def admin_settings() -> SchedulingSettings:
+    """Return the ``SCHEDULING`` setting, or its defaults while it is invalid.
+
+    The pages keep working with the defaults; their banner (``configuration_errors()``) names
+    the mistake.
+    """
+    try:
+        return get_settings()
+    except ImproperlyConfigured:
+        return SchedulingSettings.from_dict({})
+
+
+def configuration_errors(request: HttpRequest | None = None) -> list[checks.CheckMessage]:
+    """Return the errors of the app's system checks; while there are any, the scheduler does
+    not start.
+
+    Only the app's own checks run (tag ``django_scheduling``), and once per *request*: the
+    result is kept on it.
+    """
+    cached = getattr(request, "_scheduling_configuration_errors", None)
+    if cached is not None:
+        return cached
+    found = checks.run_checks(
+        app_configs=[apps.get_app_config("django_scheduling")], tags=["django_scheduling"]
+    )
+    errors = [
+        message
+        for message in found
+        if message.is_serious() and (message.id or "").startswith("django_scheduling.")
+    ]
+    if request is not None:
+        request._scheduling_configuration_errors = errors
+    return errors
+
+
 def badge(kind: str, label: object) -> SafeString:
     """Return a coloured label; *kind* is a task state, a run status or "held"/"expired"."""
     return format_html('<span class="ds-badge ds-badge--{}">{}</span>', kind, label)
 
 
-def format_time(moment: datetime | None) -> str:
-    """Return *moment* in the project's time zone, to the second and with the zone's name."""
-    if moment is None:
-        return "-"
-    return dateformat.format(timezone.localtime(moment), "Y-m-d H:i:s T")
+def breakable(name: str) -> SafeString:
+    """Return *name* escaped, with line-break opportunities after its dots and underscores.
+
+    Task names are dotted paths that browsers cannot otherwise wrap; without these breaks a
+    long name widens its column, and with ``overflow-wrap: anywhere`` it would break mid-word.
+    """
+    parts = re.split(r"(?<=[._])(?=.)", name)
+    return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in parts))
 
 
-def format_moment(moment: datetime | None, *, now: datetime) -> str:
-    """Return *moment* as ``format_time`` does, followed by "in 3 minutes" or "5 minutes ago"."""
-    if moment is None:
-        return "-"
+#: How much of an error message goes into the tooltip of its one-line summary.
+ERROR_TITLE_CHARS = 1000
+
+
+def format_run_error(run: TaskRun) -> SafeString:
+    """Return a run's error on one line (CSS cuts it): the exception's class name and the
+    message, with the whole text, class path included, as its tooltip."""
+    if not (run.error_type or run.error_message):
+        return mark_safe("")
+    text = f"{run.error_type}: {run.error_message}" if run.error_type else run.error_message
+    summary = Truncator(run.error_message).chars(200)
+    if run.error_type:
+        summary = format_html("<b>{}</b>: {}", run.error_type.rpartition(".")[2], summary)
     return format_html(
-        '{}<br><span class="ds-relative">{}</span>', format_time(moment), _relative(moment, now)
+        '<span class="ds-error ds-one-line" title="{}">{}</span>',
+        Truncator(text).chars(ERROR_TITLE_CHARS),
+        summary,
     )
 
 
-def _relative(moment: datetime, now: datetime) -> str:
-    seconds = round(abs((moment - now).total_seconds()))
-    if seconds < 60:  # timesince() would say "0 minutes"
-        delta = ngettext("%d second", "%d seconds", seconds) % seconds
-    else:
-        delta = timeuntil(moment, now) if moment > now else timesince(moment, now)
-    if moment > now:
-        return _("in %(delta)s") % {"delta": delta}
-    return _("%(delta)s ago") % {"delta": delta}
+def format_moment(moment: datetime | None) -> str:
+    """Return *moment* as ``format_time`` does, followed by "3 minutes from now" or "5 minutes
+    ago" (Django's ``naturaltime``, which needs no ``django.contrib.humanize`` in
+    ``INSTALLED_APPS`` when called as a function)."""
+    if moment is None:
+        return "-"
+    return format_html(
+        '{}<span class="ds-relative">{}</span>', format_time(moment), naturaltime(moment)
+    )
 
 
 def format_run_duration(delta: timedelta | None) -> str:
@@ -95,7 +153,7 @@ def format_run_duration(delta: timedelta | None) -> str:
 
 def overdue_count() -> int:
     """Return how many tasks are overdue now."""
-    conf = get_settings()
+    conf = admin_settings()
     return overdue_tasks(
         now=timezone.now(), overdue_after=conf.overdue_after, using=conf.database
     ).count()
@@ -186,7 +244,7 @@ class TaskControlMixin:
         # Permission before lookup, so that users without it learn nothing about which tasks exist.
         if not allowed(request):
             raise PermissionDenied
-        manager = ScheduledTask.objects.using(get_settings().database)
+        manager = ScheduledTask.objects.using(admin_settings().database)
         task = get_object_or_404(manager, pk=unquote(object_id))
         level, message = apply(request, task)
         self.message_user(request, message, level)
@@ -224,7 +282,7 @@ class TaskControlMixin:
 
     def _set_paused(self, request: HttpRequest, names: Iterable[str], *, paused: bool) -> int:
         """Pause or resume the tasks *names*; log and return how many changed."""
-        manager = ScheduledTask.objects.using(get_settings().database)
+        manager = ScheduledTask.objects.using(admin_settings().database)
         to_change = manager.filter(pk__in=list(names), paused=not paused)
         tasks = list(to_change)
         changed = to_change.update(paused=paused)
@@ -237,7 +295,7 @@ class TaskControlMixin:
 
         Removed tasks and tasks with a request still pending are left alone.
         """
-        manager = ScheduledTask.objects.using(get_settings().database)
+        manager = ScheduledTask.objects.using(admin_settings().database)
         to_request = manager.filter(
             pk__in=list(names), run_requested_at__isnull=True, removed_at__isnull=True
         )

@@ -10,6 +10,7 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from .conf import NAME_LENGTH
+from .formats import format_time
 
 
 class TaskLock(models.Model):
@@ -166,4 +167,4 @@ class TaskRun(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.task_name} at {self.started_at:%Y-%m-%d %H:%M:%S}"
+        return f"{self.task_name} at {format_time(self.started_at)}"

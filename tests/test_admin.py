@@ -1,8 +1,9 @@
 """The admin pages: task overview, run history, locks, and the pause / resume / run-now controls."""
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from unittest import mock
 
+from django.conf import settings
 from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
@@ -11,9 +12,12 @@ from django.test import Client, TestCase, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import strip_tags
 
-import django_scheduling
+from django_scheduling import checks as scheduling_checks
+from django_scheduling.admin_views import breakable
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
+from django_scheduling.registry import TaskRegistry
 
 SCRIPT = "<script>alert(1)</script>"
 ESCAPED_SCRIPT = "&lt;script&gt;alert(1)&lt;/script&gt;"
@@ -22,9 +26,8 @@ VIEW_ALL = ["view_scheduledtask", "view_taskrun", "view_tasklock"]
 
 def make_task(name: str, next_fire_time: datetime | None, **fields) -> ScheduledTask:
     fields.setdefault("trigger", "every 30s")
-    return ScheduledTask.objects.create(
-        name=name, kind="fixed_rate", next_fire_time=next_fire_time, **fields
-    )
+    fields.setdefault("kind", "fixed_rate")
+    return ScheduledTask.objects.create(name=name, next_fire_time=next_fire_time, **fields)
 
 
 def make_run(task_name: str, started_at: datetime, **fields) -> TaskRun:
@@ -113,14 +116,23 @@ class TaskChangeListTests(AdminTestCase):
     @override_settings(TIME_ZONE="America/New_York")
     def test_next_fire_time_in_the_project_time_zone(self):
         make_task("yearly", datetime(2031, 1, 15, 17, 0, tzinfo=UTC))
-        make_task("soon", self.now + timedelta(minutes=3, seconds=30))
-        make_task("late", self.now - timedelta(minutes=5, seconds=30))
 
         response = self.client.get(TASKS_URL)
 
         self.assertContains(response, "2031-01-15 12:00:00 EST")
-        self.assertContains(response, "in 3\xa0minutes")
+
+    def test_relative_times_as_django_humanize_writes_them(self):
+        make_task("soon", self.now + timedelta(minutes=3, seconds=30))
+        make_task("late", self.now - timedelta(minutes=5, seconds=30))
+        make_task("in.seconds", self.now + timedelta(seconds=40))
+        make_task("in.hours", self.now + timedelta(hours=2, minutes=59, seconds=30))
+
+        response = self.client.get(TASKS_URL)
+
+        self.assertContains(response, "3\xa0minutes from now")
         self.assertContains(response, "5\xa0minutes ago")
+        self.assertRegex(response.content.decode(), "[34][0-9]\xa0seconds from now")
+        self.assertContains(response, "2\xa0hours from now")
 
     def test_last_run_and_lock_holder(self):
         run = make_run("cleanup", self.now - timedelta(minutes=1), duration=timedelta(seconds=1.5))
@@ -198,29 +210,36 @@ class TaskChangeListTests(AdminTestCase):
         self.assertEqual(response.status_code, 200)
         self.assertNotContains(response, "overdue")
 
-    def test_main_index_shows_the_count_when_the_app_template_comes_first(self):
-        # What a project gets by listing django_scheduling above django.contrib.admin.
+    def test_main_index_shows_the_count_whatever_the_order_of_installed_apps(self):
         make_task("late", self.now - timedelta(hours=1))
-        templates = Path(django_scheduling.__file__).parent / "templates"
-        engine = {
-            "BACKEND": "django.template.backends.django.DjangoTemplates",
-            "DIRS": [templates],
-            "APP_DIRS": True,
-            "OPTIONS": {
-                "context_processors": [
-                    "django.template.context_processors.request",
-                    "django.contrib.auth.context_processors.auth",
-                    "django.contrib.messages.context_processors.messages",
-                ]
-            },
+        others = [app for app in settings.INSTALLED_APPS if app != "django_scheduling"]
+        admin_position = others.index("django.contrib.admin")
+        orders = {
+            "django_scheduling last": [*others, "django_scheduling"],
+            "django_scheduling above django.contrib.admin": [
+                *others[:admin_position],
+                "django_scheduling",
+                *others[admin_position:],
+            ],
         }
-        with override_settings(TEMPLATES=[engine]):
-            index = self.client.get(reverse("admin:index"))
-            app_index = self.client.get(reverse("admin:app_list", args=["django_scheduling"]))
+        for label, installed_apps in orders.items():
+            with self.subTest(label), override_settings(INSTALLED_APPS=installed_apps):
+                index = self.client.get(reverse("admin:index"))
+                app_index = self.client.get(reverse("admin:app_list", args=["django_scheduling"]))
 
-        self.assertContains(index, "1 overdue", count=1)
-        self.assertContains(index, "Recent actions")  # the rest of the page is still there
-        self.assertContains(app_index, "1 overdue", count=1)
+                self.assertContains(index, "1 overdue", count=1)
+                self.assertContains(index, "Recent actions")  # the rest of the page is there
+                self.assertContains(index, "django_scheduling/admin.css", count=1)
+                self.assertContains(app_index, "1 overdue", count=1)
+
+    def test_main_index_count_needs_the_view_permission_on_tasks(self):
+        make_task("late", self.now - timedelta(hours=1))
+        self.client.force_login(staff_user("runs-only", "view_taskrun"))
+
+        response = self.client.get(reverse("admin:index"))
+
+        self.assertContains(response, "Task runs")
+        self.assertNotContains(response, "overdue")
 
     def test_view_permission_is_required(self):
         self.client.force_login(staff_user("nobody"))
@@ -270,6 +289,157 @@ class OverdueRuleTests(AdminTestCase):
         )
         self.assertEqual(set(self.rows(overdue)), {"six.minutes.late", "fired.before"})
         self.assertContains(response, "2 overdue")
+
+
+@override_settings(TIME_ZONE="Europe/Berlin")
+class TimeFormatTests(AdminTestCase):
+    """Every time in the admin reads the same: project zone, seconds, zone abbreviation."""
+
+    WINTER = datetime(2026, 1, 15, 12, 0, 5, tzinfo=UTC)
+    SUMMER = datetime(2026, 7, 15, 12, 0, 5, tzinfo=UTC)
+    FUTURE = datetime(2031, 1, 15, 17, 30, 0, tzinfo=UTC)
+    WINTER_TEXT = "2026-01-15 13:00:05 CET"
+    SUMMER_TEXT = "2026-07-15 14:00:05 CEST"
+    FUTURE_TEXT = "2031-01-15 18:30:00 CET"
+
+    def setUp(self):
+        super().setUp()
+        self.run = make_run(
+            "once",
+            self.WINTER,
+            scheduled_at=self.WINTER,
+            finished_at=self.SUMMER,
+            duration=self.SUMMER - self.WINTER,
+        )
+        make_task(
+            "once",
+            None,
+            kind="one_shot",
+            trigger=f"once at {self.SUMMER.isoformat()}",
+            anchor=self.SUMMER,
+            last_fire_time=self.WINTER,
+            last_finished_at=self.SUMMER,
+            last_run=self.run,
+        )
+        make_task("every.minute", self.FUTURE, run_requested_at=self.SUMMER)
+        TaskLock.objects.create(
+            name="every.minute", locked_by="w:1", locked_at=self.SUMMER, lock_until=self.FUTURE
+        )
+
+    def test_the_task_list(self):
+        text = strip_tags(self.client.get(TASKS_URL).content.decode())
+
+        self.assertIn(f"once at {self.SUMMER_TEXT}", text)  # not raw ISO
+        self.assertEqual(text.count(self.FUTURE_TEXT), 2)  # next fire time, lock
+        self.assertIn(f"until {self.FUTURE_TEXT}", text)
+
+    def test_a_task_page(self):
+        response = self.client.get(task_url("once"))
+
+        self.assertContains(response, f"once at {self.SUMMER_TEXT}")
+        for label, text in [
+            ("Last fire time claimed", self.WINTER_TEXT),
+            ("Last finished at", self.SUMMER_TEXT),
+            ("Fixed-rate anchor", self.SUMMER_TEXT),
+        ]:
+            with self.subTest(label):
+                self.assertRegex(
+                    response.content.decode(), rf"{label}:</label>\s*<div[^>]*>{text}</div>"
+                )
+        recent = response.content.decode().split('id="ds-recent-runs"')[1]
+        self.assertIn(f"<td>{self.WINTER_TEXT}</td>", recent)  # scheduled for
+        self.assertIn(f"<td>{self.WINTER_TEXT}<span", recent)  # started at, then the instance
+
+        response = self.client.get(task_url("every.minute"))
+        self.assertRegex(
+            response.content.decode(),
+            rf"Run requested at:</label>\s*<div[^>]*>{self.SUMMER_TEXT}</div>",
+        )
+
+    def test_a_run_page_title_and_breadcrumb(self):
+        response = self.client.get(
+            reverse("admin:django_scheduling_taskrun_change", args=[self.run.pk])
+        )
+
+        name = f"once at {self.WINTER_TEXT}"
+        self.assertEqual(str(self.run), name)
+        self.assertContains(response, f"<title>{name} | View task run")
+        self.assertContains(response, f"&rsaquo; {name}\n</div>")  # the breadcrumb
+        self.assertContains(response, f"<h2>{name}</h2>")
+        for text in (self.WINTER_TEXT, self.SUMMER_TEXT):  # scheduled, started, finished
+            self.assertContains(response, f'<div class="readonly">{text}</div>', html=True)
+
+    def test_the_run_and_lock_lists(self):
+        self.assertContains(self.client.get(RUNS_URL), self.WINTER_TEXT)
+        locks = self.client.get(LOCKS_URL)
+        self.assertContains(locks, self.SUMMER_TEXT)
+        self.assertContains(locks, self.FUTURE_TEXT)
+
+
+def job():
+    pass
+
+
+class ConfigurationErrorBannerTests(AdminTestCase):
+    """A banner says the scheduler is not running, and why, when the app's checks fail."""
+
+    pages = {
+        "home": reverse("admin:index"),
+        "app index": reverse("admin:app_list", args=["django_scheduling"]),
+        "task list": TASKS_URL,
+    }
+
+    def use_tasks(self, tasks: TaskRegistry) -> None:
+        patcher = mock.patch.object(scheduling_checks, "registry", tasks)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def test_banner_names_each_error_escaped(self):
+        tasks = TaskRegistry()
+        tasks.add(job, cron="0 0 25 * * *", name=f"nightly {SCRIPT}")
+        tasks.add(job, fixed_rate="often", name="reports.hourly")
+        self.use_tasks(tasks)
+
+        for page, url in self.pages.items():
+            with self.subTest(page):
+                response = self.client.get(url)
+
+                self.assertContains(response, 'id="ds-configuration-errors"', count=1)
+                self.assertContains(response, "The scheduler is not running")
+                self.assertContains(response, "django_scheduling.E001", count=2)
+                self.assertContains(response, "hour value 25 is out of range 0-23")
+                self.assertContains(response, "invalid fixed_rate &#x27;often&#x27;")
+                self.assertContains(response, f"nightly {ESCAPED_SCRIPT}")
+                self.assertNotContains(response, SCRIPT)
+
+    def test_a_setting_error_is_shown_too(self):
+        self.use_tasks(TaskRegistry())
+
+        with override_settings(SCHEDULING={"OVERDUE_AFTER": "soon"}):
+            response = self.client.get(TASKS_URL)
+
+        self.assertContains(response, 'id="ds-configuration-errors"')
+        self.assertContains(response, "django_scheduling.E004")
+
+    def test_no_banner_when_all_is_well(self):
+        tasks = TaskRegistry()
+        tasks.add(job, cron="0 0 2 * * *", name="nightly")
+        self.use_tasks(tasks)
+
+        for page, url in self.pages.items():
+            with self.subTest(page):
+                self.assertNotContains(self.client.get(url), "ds-configuration-errors")
+
+    def test_no_banner_for_users_who_cannot_see_the_app(self):
+        tasks = TaskRegistry()
+        tasks.add(job, cron="0 0 25 * * *", name="nightly")
+        self.use_tasks(tasks)
+        self.client.force_login(staff_user("nobody"))
+
+        response = self.client.get(reverse("admin:index"))
+
+        self.assertEqual(response.status_code, 200)
+        self.assertNotContains(response, "ds-configuration-errors")
 
 
 class TaskDetailTests(AdminTestCase):
@@ -507,6 +677,16 @@ class TaskRunAdminTests(AdminTestCase):
                 self.assertContains(response, f"bad input {ESCAPED_SCRIPT}")
                 self.assertContains(response, "ValueError")
 
+    def test_list_shows_the_error_on_one_line_with_the_whole_text_as_tooltip(self):
+        response = self.client.get(RUNS_URL)
+
+        self.assertContains(
+            response,
+            '<span class="ds-error ds-one-line" title="ValueError: bad input '
+            f'{ESCAPED_SCRIPT}"><b>ValueError</b>: bad input {ESCAPED_SCRIPT}</span>',
+            html=True,
+        )
+
     def test_detail_shows_the_traceback_in_pre(self):
         response = self.client.get(self.run_url(self.failed))
 
@@ -521,7 +701,12 @@ class TaskRunAdminTests(AdminTestCase):
     def test_task_name_links_to_the_task_only_if_it_exists(self):
         response = self.client.get(RUNS_URL)
 
-        self.assertContains(response, f'<a href="{task_url("reports.daily")}">reports.daily</a>')
+        self.assertContains(
+            response,
+            f'<a href="{task_url("reports.daily")}">'
+            '<span class="ds-name">reports.<wbr>daily</span></a>',
+            html=True,
+        )
         self.assertContains(response, "gone.task")
         self.assertNotContains(response, task_url("gone.task"))
 
@@ -543,6 +728,12 @@ class TaskRunAdminTests(AdminTestCase):
         delete_url = reverse("admin:django_scheduling_taskrun_delete", args=[self.failed.pk])
         self.assertEqual(self.client.post(delete_url, {"post": "yes"}).status_code, 403)
         self.assertTrue(TaskRun.objects.filter(pk=self.failed.pk).exists())
+
+
+class BreakableTests(TestCase):
+    def test_breaks_after_dots_and_underscores_and_escapes(self):
+        self.assertEqual(breakable("app.tasks.send_<b>"), "app.<wbr>tasks.<wbr>send_<wbr>&lt;b&gt;")
+        self.assertEqual(breakable("trailing."), "trailing.")
 
 
 class TaskLockAdminTests(AdminTestCase):

@@ -1,6 +1,8 @@
-"""The admin pages in a real browser: overview, runs, errors, and the task controls."""
+"""The admin pages in a real browser: overview, runs, errors, the task controls, and the layout
+at a laptop's width and a phone's."""
 
 from datetime import timedelta
+from unittest import mock
 
 import pytest
 from django.contrib.admin.utils import quote
@@ -10,9 +12,11 @@ from django.utils import timezone
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
-from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
+from django_scheduling import checks as scheduling_checks
+from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
+from django_scheduling.registry import TaskRegistry
 
-from .browser import BrowserTestCase
+from .browser import WINDOW_SIZE, BrowserTestCase
 
 SCRIPT = "<script>alert(1)</script>"
 PASSWORD = "correct horse battery staple"
@@ -20,6 +24,17 @@ OVERDUE = "billing.send_invoices"
 DAILY = "reports.daily_summary"
 FREQUENT = "cache.refresh"
 TASKS_URL = reverse("admin:django_scheduling_scheduledtask_changelist")
+RUNS_URL = reverse("admin:django_scheduling_taskrun_changelist")
+LAPTOP = 1280
+PHONE = 390
+#: A failed run's error as it comes from a real client library: long, and with few spaces.
+LONG_ERROR = (
+    "HTTPSConnectionPool(host='billing-api.internal.example.com', port=443): Max retries "
+    "exceeded with url: /v2/invoices/overdue?since=2026-01-01T00:00:00Z&limit=500&cursor="
+    "eyJpZCI6MTIzNDU2Nzg5MCwic29ydCI6ImNyZWF0ZWRfYXQifQ (Caused by NewConnectionError('"
+    "<urllib3.connection.HTTPSConnection object at 0x7f3a2c1d5e90>: Failed to establish a new "
+    "connection: [Errno 111] Connection refused'))"
+)
 
 
 def text(element: WebElement) -> str:
@@ -29,6 +44,10 @@ def text(element: WebElement) -> str:
 
 def task_url(name: str) -> str:
     return reverse("admin:django_scheduling_scheduledtask_change", args=[quote(name)])
+
+
+def run_url(run: TaskRun) -> str:
+    return reverse("admin:django_scheduling_taskrun_change", args=[run.pk])
 
 
 @pytest.mark.browser
@@ -90,7 +109,7 @@ class AdminBrowserTests(BrowserTestCase):
         self.open(TASKS_URL)
 
         rows = self.wait_for("#result_list").find_elements(By.CSS_SELECTOR, "tbody tr")
-        names = [row.find_element(By.CSS_SELECTOR, ".field-name").text for row in rows]
+        names = [row.find_element(By.CSS_SELECTOR, ".field-task").text for row in rows]
         states = [text(row.find_element(By.CSS_SELECTOR, ".ds-badge")) for row in rows]
         self.assertEqual(names, [OVERDUE, FREQUENT, DAILY])
         self.assertEqual(states, ["overdue", "upcoming", "upcoming"])
@@ -177,6 +196,22 @@ class AdminBrowserTests(BrowserTestCase):
         )
         ScheduledTask.objects.filter(name=name).update(last_run=run)
 
+    def test_configuration_errors_banner(self):
+        tasks = TaskRegistry()
+        tasks.add(text, cron="0 0 25 * * *", name=f"nightly {SCRIPT}")
+        self.log_in("admin", PASSWORD)
+
+        with mock.patch.object(scheduling_checks, "registry", tasks):
+            self.open(TASKS_URL)
+            banner = self.wait_for("#ds-configuration-errors")
+            self.screenshot("configuration-errors")
+
+        self.assertTrue(banner.is_displayed())
+        self.assertIn("The scheduler is not running", banner.text)
+        self.assertIn(f"nightly {SCRIPT}", banner.text)  # shown as text, not run
+        self.assertIn("hour value 25 is out of range 0-23", banner.text)
+        self.wait_for("#result_list")  # the list is still there
+
     def test_staff_without_permissions_is_refused(self):
         viewer = User.objects.create_user("viewer", password=PASSWORD, is_staff=True)
         viewer.user_permissions.add(Permission.objects.get(codename="view_scheduledtask"))
@@ -201,3 +236,164 @@ class AdminBrowserTests(BrowserTestCase):
         )
         self.wait_for_text("h1", "403 Forbidden")
         self.assertFalse(ScheduledTask.objects.get(pk=DAILY).paused)
+
+
+@pytest.mark.browser
+class AdminLayoutTests(BrowserTestCase):
+    """The task and run lists read well on a laptop (1,280 px) and stay usable on a phone."""
+
+    def setUp(self):
+        super().setUp()
+        User.objects.create_superuser("admin", "admin@example.com", PASSWORD)
+        self.addCleanup(self.browser.set_window_size, *WINDOW_SIZE)
+        now = timezone.now()
+        # Name, trigger, next fire time in minutes from now.
+        tasks = [
+            ("billing.tasks.send_overdue_invoice_reminders", "cron 0 */15 * * * * UTC", -20),
+            (
+                "reports.tasks.build_daily_revenue_summary",
+                "cron 0 0 6 * * MON-FRI Europe/Berlin",
+                180,
+            ),
+            ("search.tasks.reindex_changed_products", "every 30s", 1),
+            ("maintenance.tasks.purge_expired_sessions", "every 1h (fixed delay)", 45),
+        ]
+        for name, trigger, minutes in tasks:
+            ScheduledTask.objects.create(
+                name=name,
+                kind="cron" if trigger.startswith("cron") else "fixed_rate",
+                trigger=trigger,
+                next_fire_time=now + timedelta(minutes=minutes),
+                last_fire_time=now - timedelta(minutes=40),
+            )
+        reports, search = tasks[1][0], tasks[2][0]
+        self.failed = self.add_run(reports, now - timedelta(hours=1), RunStatus.FAILED)
+        self.succeeded = self.add_run(search, now - timedelta(minutes=2), RunStatus.SUCCEEDED)
+        ScheduledTask.objects.filter(pk=reports).update(last_run=self.failed)
+        ScheduledTask.objects.filter(pk=search).update(last_run=self.succeeded)
+        TaskLock.objects.create(
+            name=search,
+            locked_by="web-7.eu-central-1.internal:48213",
+            locked_at=now,
+            lock_until=now + timedelta(minutes=10),
+        )
+
+    def add_run(self, name, started_at, status) -> TaskRun:
+        failed = status == RunStatus.FAILED
+        return TaskRun.objects.create(
+            task_name=name,
+            scheduled_at=started_at,
+            started_at=started_at,
+            finished_at=started_at + timedelta(seconds=31),
+            duration=timedelta(seconds=31.2),
+            status=status,
+            instance="web-7.eu-central-1.internal:48213",
+            error_type="requests.exceptions.ConnectionError" if failed else "",
+            error_message=LONG_ERROR if failed else "",
+            traceback=f"Traceback (most recent call last):\n  ...\n{LONG_ERROR}" if failed else "",
+        )
+
+    def at_width(self, width: int, path: str) -> None:
+        self.browser.set_window_size(width, 900)
+        self.open(path)
+        self.wait_for("#result_list")
+        self.assertEqual(self.browser.execute_script("return window.innerWidth"), width)
+
+    def assert_no_horizontal_scrolling(self) -> None:
+        """Neither the page nor the list scrolls sideways: no column hides to the right."""
+        self.assert_page_fits()
+        table, results = self.browser.execute_script(
+            """
+            const results = document.querySelector("#changelist .results");
+            return [results.scrollWidth, results.clientWidth];
+            """
+        )
+        self.assertLessEqual(table, results, "the list scrolls sideways")
+
+    def assert_page_fits(self) -> None:
+        """The page does not scroll sideways (clientWidth: the window less its scroll bar)."""
+        page, window = self.browser.execute_script(
+            "const root = document.documentElement; return [root.scrollWidth, root.clientWidth];"
+        )
+        self.assertLessEqual(page, window, "the page scrolls sideways")
+
+    def assert_on_screen(self, element: WebElement) -> None:
+        """Assert that *element* shows from its left edge to its right edge, without scrolling
+        sideways: within the window, and not cut off by a list that scrolls."""
+        shown = self.browser.execute_script(
+            """
+            const element = arguments[0];
+            const top = element.getBoundingClientRect().top;
+            window.scrollBy(0, top - window.innerHeight / 2);  // vertically only
+            const box = element.getBoundingClientRect();
+            const y = box.top + Math.min(box.height / 2, 8);
+            const shows = x => element.contains(document.elementFromPoint(x, y));
+            return box.left >= 0 && box.right <= document.documentElement.clientWidth
+                && shows(box.left + 1) && shows(box.right - 1);
+            """,
+            element,
+        )
+        self.assertTrue(shown, f"not fully on screen: {element.text!r}")
+
+    def row_of(self, run: TaskRun) -> WebElement:
+        link = self.wait_for(f'#result_list a[href="{run_url(run)}"]')
+        return link.find_element(By.XPATH, "./ancestor::tr")
+
+    def test_run_list_at_laptop_width(self):
+        self.log_in("admin", PASSWORD)
+        self.at_width(LAPTOP, RUNS_URL)
+        self.screenshot(f"task-runs-{LAPTOP}")
+
+        self.assert_no_horizontal_scrolling()
+        failed, succeeded = self.row_of(self.failed), self.row_of(self.succeeded)
+        # The error takes one line: a failed run is no taller than a run without an error.
+        self.assertLessEqual(failed.rect["height"], succeeded.rect["height"])
+        self.assertLess(failed.rect["height"], 60)
+        error = failed.find_element(By.CSS_SELECTOR, ".ds-error")
+        self.assertGreater(error.rect["width"], 200)  # readable, not one character per line
+        self.assertEqual(error.get_attribute("title"), f"{self.failed.error_type}: {LONG_ERROR}")
+        self.assert_on_screen(error)
+
+    def test_task_list_at_laptop_width(self):
+        self.log_in("admin", PASSWORD)
+        self.at_width(LAPTOP, TASKS_URL)
+        self.screenshot(f"task-changelist-{LAPTOP}")
+
+        self.assert_no_horizontal_scrolling()
+        header = self.browser.find_element(By.CSS_SELECTOR, "#result_list th.column-lock")
+        self.assertEqual(text(header).lower(), "lock held by")
+        self.assert_on_screen(header)
+        self.assert_on_screen(self.wait_for(".field-lock"))
+        for row in self.browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr"):
+            self.assertLess(row.rect["height"], 70, row.text)  # three lines at most
+
+    def test_task_page_at_laptop_width(self):
+        self.log_in("admin", PASSWORD)
+        self.browser.set_window_size(LAPTOP, 900)
+        self.open(task_url(self.failed.task_name))
+        row = self.wait_for("#ds-recent-runs tbody tr")
+        self.browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", row)
+        self.screenshot(f"task-detail-{LAPTOP}")
+
+        self.assert_page_fits()
+        self.assertLess(row.rect["height"], 60)
+        error = row.find_element(By.CSS_SELECTOR, ".ds-error")
+        self.assertEqual(error.get_attribute("title"), f"{self.failed.error_type}: {LONG_ERROR}")
+
+    def test_lists_at_phone_width(self):
+        self.log_in("admin", PASSWORD)
+        for path, key_columns in [
+            (TASKS_URL, [".field-task", ".field-state_badge"]),
+            (RUNS_URL, [".field-id", ".field-status_badge", ".field-task"]),
+        ]:
+            with self.subTest(path):
+                self.at_width(PHONE, path)
+                name = "task-changelist" if path == TASKS_URL else "task-runs"
+                self.screenshot(f"{name}-{PHONE}")
+
+                self.assert_page_fits()
+                # What a row is about fits on the screen without scrolling the list; the list
+                # scrolls to show the rest.
+                for css in key_columns:
+                    for cell in self.browser.find_elements(By.CSS_SELECTOR, f"#result_list {css}"):
+                        self.assert_on_screen(cell)
