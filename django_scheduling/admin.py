@@ -250,7 +250,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
     # served is on the run's page, and the error takes the rest of the row, on one line.
     # The status before the task: on a phone, the list shows the first columns.
     list_display = ["id", "status_badge", "task", "started_on", "duration_text", "error"]
-    list_filter = [TaskNameFilter, "status", "started_at"]
+    list_filter = [TaskNameFilter, "status", "lock_lost", "started_at"]
     show_full_result_count = False  # the history can be long; spare a COUNT(*) per page
     fields = [
         "task",
@@ -260,6 +260,8 @@ class TaskRunAdmin(ReadOnlyAdmin):
         "finished",
         "duration_text",
         "instance",
+        "lock_lost",
+        "recovery",
         "error_type",
         "error_message",
         "traceback_text",
@@ -296,7 +298,22 @@ class TaskRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, run: TaskRun) -> str:
-        return badge(run.status, run.get_status_display())
+        status = badge(run.status, run.get_status_display())
+        if not run.lock_lost:
+            return status
+        # Another instance may have run the task at the same time: say so where it shows.
+        return format_html("{} {}", status, badge("failed", _("lock lost")))
+
+    @admin.display(description=_("recovery of"))
+    def recovery(self, run: TaskRun) -> str:
+        if run.recovery_of_id is None:
+            return "-"
+        url = reverse(
+            "admin:django_scheduling_taskrun_change",
+            args=[run.recovery_of_id],
+            current_app=self.admin_site.name,
+        )
+        return format_html('<a href="{}">{}</a>', url, _("run %(id)s") % {"id": run.recovery_of_id})
 
     @admin.display(description=_("duration"), ordering="duration")
     def duration_text(self, run: TaskRun) -> str:

@@ -380,6 +380,27 @@ def job():
     pass
 
 
+class LockLostAndRecoveryTests(AdminTestCase):
+    def test_a_run_that_lost_its_lock_says_so_in_the_list_and_on_its_page(self):
+        stale = make_run("job", self.now, lock_lost=True)
+        make_run("job", self.now - timedelta(minutes=1))
+        response = self.client.get(RUNS_URL)
+        self.assertContains(response, 'ds-badge--failed">lock lost</span>', count=1)
+        response = self.client.get(RUNS_URL + "?lock_lost__exact=1")
+        self.assertEqual([run.pk for run in response.context["cl"].result_list], [stale.pk])
+        page = self.client.get(reverse("admin:django_scheduling_taskrun_change", args=[stale.pk]))
+        self.assertContains(page, "lock lost")
+
+    def test_a_recovery_links_the_lost_run(self):
+        lost = make_run("job", self.now - timedelta(minutes=1), status=RunStatus.LOST)
+        recovery = make_run("job", self.now, recovery_of=lost)
+        page = self.client.get(
+            reverse("admin:django_scheduling_taskrun_change", args=[recovery.pk])
+        )
+        lost_url = reverse("admin:django_scheduling_taskrun_change", args=[lost.pk])
+        self.assertContains(page, f'href="{lost_url}"')
+
+
 class ConfigurationErrorBannerTests(AdminTestCase):
     """A banner says the scheduler is not running, and why, when the app's checks fail."""
 
