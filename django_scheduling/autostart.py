@@ -152,8 +152,21 @@ def start_service() -> None:
         service = SchedulerService()
         service.start_in_background()
         _service, _service_pid = service, os.getpid()
-    atexit.register(service.stop)
+    atexit.register(service.stop, _exit_timeout())
     logger.info("Scheduler autostarted in process %s", os.getpid())
+
+
+def _exit_timeout() -> float | None:
+    """Return how long the scheduler may wait for running tasks when this process exits.
+
+    runserver's autoreloader kills its serving child a quarter of a second after Ctrl-C, so
+    there the scheduler does not wait: it marks the running runs interrupted and releases
+    their locks at once, and a restarted dev server can run the tasks straight away.
+    Elsewhere ``SHUTDOWN_TIMEOUT`` applies.
+    """
+    if _management_command(sys.argv) == "runserver":
+        return 0.0
+    return None
 
 
 def running_service() -> object | None:
