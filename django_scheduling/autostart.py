@@ -6,6 +6,9 @@ management command, scripts that call ``django.setup()``, and test runners never
 When the app is loaded in a master process that forks workers afterwards (gunicorn
 ``--preload``, uwsgi without ``lazy-apps``), the scheduler starts in each worker after the fork,
 never in the master.
+
+A mistake in the tasks or settings (what ``manage.py check`` reports) stops the scheduler, not
+the process: it is logged at ERROR and the site keeps serving.
 """
 
 from __future__ import annotations
@@ -13,13 +16,24 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import sys
 import threading
 import traceback
+from collections.abc import Mapping
+from typing import Any
 
-from .conf import get_settings
+from django.core.exceptions import ImproperlyConfigured
 
-__all__ = ["maybe_autostart", "serving_mode", "running_service"]
+__all__ = [
+    "maybe_autostart",
+    "serving_mode",
+    "management_command",
+    "running_service",
+    "refused_because",
+    "missing_table",
+    "describe_database_error",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +42,8 @@ _SERVERS = ("gunicorn", "uwsgi", "daphne", "uvicorn", "hypercorn", "waitress")
 _lock = threading.Lock()
 _service = None
 _service_pid: int | None = None
+_refused: list[Any] = []
+_refused_pid: int | None = None
 
 
 def serving_mode(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> str:
@@ -108,14 +124,25 @@ def _loading_in_gunicorn_master() -> bool:
 
 
 def maybe_autostart() -> None:
-    """Start the scheduler in this process when AUTOSTART is on and the process serves."""
-    if not get_settings().autostart:
-        return
+    """Start the scheduler in this process when AUTOSTART is on and the process serves.
+
+    Nothing here raises for a mistake in the settings or the tasks, and nothing reads the
+    settings in a process that does not serve: ``check``, ``migrate`` and ``shell`` always run.
+    """
     mode = serving_mode()
     if mode == "now":
         start_service()
     elif mode == "after_fork":
         _start_after_fork()
+
+
+def management_command(argv: list[str] | None = None) -> str | None:
+    """Return the management command that this process runs, or ``None`` when it runs none
+    (a server, a script, a test runner)."""
+    argv = sys.argv if argv is None else argv
+    if _program(argv) in ("pytest", "py.test"):
+        return None
+    return _management_command(argv)
 
 
 def _start_after_fork() -> None:
@@ -142,18 +169,61 @@ def _start_after_fork() -> None:
 
 
 def start_service() -> None:
-    """Start this process's scheduler once; later calls in the same process do nothing."""
-    global _service, _service_pid
+    """Start this process's scheduler once; later calls in the same process do nothing.
+
+    When AUTOSTART is off, do nothing. When the tasks or settings have mistakes, log them at
+    ERROR and do not start: ``refused_because()`` returns them.
+    """
+    global _service, _service_pid, _refused, _refused_pid
+    from .checks import describe, scheduler_errors
     from .service import SchedulerService
 
     with _lock:
-        if _service is not None and _service_pid == os.getpid():
+        pid = os.getpid()
+        if (_service is not None and _service_pid == pid) or (_refused and _refused_pid == pid):
             return
-        service = SchedulerService()
-        service.start_in_background()
-        _service, _service_pid = service, os.getpid()
+        if not _autostart_setting():
+            return
+        errors = scheduler_errors()
+        if errors:
+            _refused, _refused_pid = errors, pid
+            logger.error(
+                "The scheduler is not starting in process %s; fix these first "
+                "(manage.py check shows them too):\n%s",
+                pid,
+                describe(errors),
+            )
+            return
+        try:
+            service = SchedulerService()
+            service.start_in_background()
+        except ImproperlyConfigured as exc:  # a check that scheduler_errors() does not know
+            _refused, _refused_pid = [exc], pid
+            logger.error("The scheduler is not starting in process %s: %s", pid, exc)
+            return
+        _service, _service_pid = service, pid
     atexit.register(service.stop, _exit_timeout())
-    logger.info("Scheduler autostarted in process %s", os.getpid())
+    logger.info("Scheduler autostarted in process %s", pid)
+
+
+def _autostart_setting() -> bool:
+    """Return ``SCHEDULING['AUTOSTART']``; ``True`` when the setting cannot be read but does
+    not turn it off, so that the mistake is logged where the scheduler would have run."""
+    from django.conf import settings
+
+    from .conf import get_settings
+
+    try:
+        return get_settings().autostart
+    except ImproperlyConfigured:
+        raw = getattr(settings, "SCHEDULING", None)
+        return not (isinstance(raw, Mapping) and raw.get("AUTOSTART") is False)
+
+
+def refused_because() -> list[Any]:
+    """Return why autostart did not start the scheduler in this process (the check messages);
+    empty when it started it or was not asked to."""
+    return list(_refused) if _refused_pid == os.getpid() else []
 
 
 def _exit_timeout() -> float | None:
@@ -172,3 +242,39 @@ def _exit_timeout() -> float | None:
 def running_service() -> object | None:
     """Return the scheduler service autostarted in this process, if any."""
     return _service if _service_pid == os.getpid() else None
+
+
+# Missing-table errors: SQLite's text, MySQL/MariaDB's ER_NO_SUCH_TABLE, PostgreSQL's SQLSTATE
+# undefined_table (psycopg 2 calls it pgcode, psycopg 3 sqlstate) and its text.
+_NO_SUCH_TABLE = 1146
+_UNDEFINED_TABLE = "42P01"
+_MISSING_TABLE_TEXT = re.compile(r"^no such table: |^relation \S+ does not exist")
+
+
+def missing_table(exc: BaseException) -> bool:
+    """Return whether the database error *exc* (or an error it was raised from) says that a
+    table does not exist, as it does before ``migrate``."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        args = getattr(error, "args", ())
+        if args and args[0] == _NO_SUCH_TABLE:
+            return True
+        if _UNDEFINED_TABLE in (getattr(error, "sqlstate", None), getattr(error, "pgcode", None)):
+            return True
+        if args and isinstance(args[0], str) and _MISSING_TABLE_TEXT.search(args[0]):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def describe_database_error(exc: BaseException) -> str:
+    """Say why the scheduler cannot use the database, and what to do when it is a missing
+    table."""
+    if missing_table(exc):
+        return (
+            f"the database has no django_scheduling tables yet ({exc}); "
+            "run `python manage.py migrate`"
+        )
+    return f"the database is unavailable ({exc})"

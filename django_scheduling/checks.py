@@ -1,4 +1,11 @@
-"""System checks: mistakes in tasks and settings are reported before anything runs."""
+"""System checks: mistakes in tasks and settings are reported before anything runs.
+
+Each mistake stops the scheduler, and only the scheduler. ``manage.py check``, ``runscheduler``
+and ``scheduling_status`` report them as errors; the other commands that run the system checks
+(``runserver``, ``migrate``, ...) show them as warnings and carry on, because the rest of the
+project works without a scheduler. ``scheduler_errors()`` returns them as errors in any process,
+for code that wants to show why the scheduler is not running.
+"""
 
 from __future__ import annotations
 
@@ -6,63 +13,101 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
-from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from .conf import get_settings
+from .conf import InvalidSettings, SchedulingSettings, get_settings
 from .locking import SUPPORTED_VENDORS
-from .registry import TaskDefinition, registry
+from .registry import TaskDefinition, TaskRegistry, registry
+
+__all__ = ["check_tasks", "check_settings", "scheduler_errors", "describe", "BLOCKING_COMMANDS"]
+
+#: The commands in which a mistake is an error: they check the project or run the scheduler.
+BLOCKING_COMMANDS = frozenset({"check", "runscheduler", "scheduling_status"})
+
+_TASK_IDS = {
+    "trigger": "E001",
+    "lock": "E003",
+    "recover": "E003",
+    "name": "E007",
+    "function": "E009",
+}
+_TASK_HINTS = {
+    "trigger": "Fix the options of @scheduled(...); the README lists them with examples.",
+    "lock": "lock_at_most_for must be positive and at least lock_at_least_for.",
+    "recover": "recover=True works with locked tasks only.",
+    "name": "Give the task a shorter or non-empty name='...'.",
+    "function": "Give the parameters default values, or decorate a module-level function "
+    "(a method needs an instance, which the scheduler does not have).",
+}
 
 
 @checks.register("django_scheduling")
 def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """Report tasks whose trigger, lock options or name are wrong, and duplicate names."""
-    errors: list[checks.CheckMessage] = []
-    ids = {"trigger": "E001", "lock": "E003", "recover": "E003", "name": "E007"}
-    hints = {
-        "trigger": "Fix the options of @scheduled(...); the README lists them with examples.",
-        "lock": "lock_at_most_for must be positive and at least lock_at_least_for.",
-        "recover": "recover=True works with locked tasks only.",
-        "name": "Give the task a shorter or non-empty name='...'.",
-    }
-    for definition in registry:
-        if definition.error:
-            field = definition.error_field or "trigger"
-            errors.append(
-                checks.Error(
-                    f"Task {_label(definition)}: {definition.error}",
-                    hint=hints.get(field),
-                    obj=definition.origin,
-                    id=f"django_scheduling.{ids.get(field, 'E001')}",
-                )
-            )
-    for first, second in registry.duplicates:
-        errors.append(
-            checks.Error(
-                f"Two tasks are named {first.name!r}: {first.origin} and {second.origin}.",
-                hint="Give one of them another name='...'.",
-                obj=second.origin,
-                id="django_scheduling.E002",
-            )
-        )
-    return errors
+    """Report tasks whose trigger, lock options, name or function are wrong, and duplicate
+    names."""
+    return _as_reported_here(task_errors())
 
 
 @checks.register("django_scheduling")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Report a wrong SCHEDULING setting, an unsupported database and USE_TZ = False."""
-    try:
-        conf = get_settings()
-    except ImproperlyConfigured as exc:
-        return [
-            checks.Error(
-                str(exc),
-                hint="See the README's list of SCHEDULING keys and their defaults.",
-                id="django_scheduling.E004",
-            )
-        ]
-    errors: list[checks.CheckMessage] = []
-    if conf.database not in settings.DATABASES:
+    return _as_reported_here(settings_errors())
+
+
+def scheduler_errors(
+    tasks: TaskRegistry | None = None, conf: SchedulingSettings | None = None
+) -> list[checks.Error]:
+    """Return every mistake that stops the scheduler from starting; empty when there is none.
+
+    *tasks* defaults to the registry of ``@scheduled`` tasks, *conf* to the ``SCHEDULING``
+    setting. No I/O: this is safe to call from ``AppConfig.ready()`` and from a request.
+    """
+    return task_errors(tasks) + settings_errors(conf)
+
+
+def task_errors(tasks: TaskRegistry | None = None) -> list[checks.Error]:
+    """Return the mistakes in the declared tasks."""
+    tasks = registry if tasks is None else tasks
+    errors = [
+        checks.Error(
+            f"Task {_label(definition)}: {definition.error}",
+            hint=_TASK_HINTS.get(definition.error_field or "trigger"),
+            obj=definition.origin,
+            id=f"django_scheduling.{_TASK_IDS.get(definition.error_field or 'trigger', 'E001')}",
+        )
+        for definition in tasks
+        if definition.error
+    ]
+    errors += [
+        checks.Error(
+            f"Two tasks are named {first.name!r}: {first.origin} and {second.origin}.",
+            hint="Give one of them another name='...'.",
+            obj=second.origin,
+            id="django_scheduling.E002",
+        )
+        for first, second in tasks.duplicates
+    ]
+    return errors
+
+
+def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error]:
+    """Return the mistakes in the ``SCHEDULING`` setting, the database and ``USE_TZ``."""
+    errors: list[checks.Error] = []
+    if conf is None:
+        try:
+            conf = get_settings()
+        except InvalidSettings as exc:
+            errors += [
+                checks.Error(
+                    problem,
+                    hint="See the README's list of SCHEDULING keys and their defaults.",
+                    id="django_scheduling.E004",
+                )
+                for problem in exc.problems
+            ]
+    if conf is None:
+        pass  # the database alias is unknown while the setting cannot be read
+    elif conf.database not in settings.DATABASES:
         errors.append(
             checks.Error(
                 f"SCHEDULING['DATABASE'] is {conf.database!r}, which is not in DATABASES.",
@@ -76,7 +121,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 f"The database {conf.database!r} is {connections[conf.database].vendor}, which "
                 "django_scheduling does not support.",
                 hint="Use MySQL/MariaDB or SQLite, or point SCHEDULING['DATABASE'] at one.",
-                id="django_scheduling.E005",
+                id="django_scheduling.E008",
             )
         )
     if not settings.USE_TZ:
@@ -89,6 +134,35 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     return errors
+
+
+def describe(messages: list[checks.CheckMessage]) -> str:
+    """Return *messages* one to a line, each with its id and hint, for a log or an exception."""
+    lines = []
+    for message in messages:
+        hint = f"\n    HINT: {message.hint}" if message.hint else ""
+        lines.append(f"  ({message.id}) {message.msg}{hint}")
+    return "\n".join(lines)
+
+
+def _as_reported_here(errors: list[checks.Error]) -> list[checks.CheckMessage]:
+    """Return *errors* as this process reports them: as warnings in commands that do not
+    need the scheduler, so that ``runserver`` serves and ``migrate`` migrates."""
+    from .autostart import management_command
+
+    command = management_command()
+    if command is None or command in BLOCKING_COMMANDS:
+        return list(errors)
+    return [
+        checks.Warning(
+            error.msg,
+            hint=f"{error.hint} The scheduler does not start until this is fixed; "
+            "`manage.py check` reports it as an error.",
+            obj=error.obj,
+            id=error.id,
+        )
+        for error in errors
+    ]
 
 
 def _label(definition: TaskDefinition) -> str:

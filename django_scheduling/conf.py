@@ -6,7 +6,9 @@ The setting is read the first time a value is needed, never at import, and read 
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -18,7 +20,7 @@ from django.dispatch import receiver
 
 from .durations import parse_duration
 
-__all__ = ["SchedulingSettings", "get_settings", "DEFAULTS", "NAME_LENGTH"]
+__all__ = ["SchedulingSettings", "InvalidSettings", "get_settings", "DEFAULTS", "NAME_LENGTH"]
 
 #: The longest task or lock name; the name columns have this length.
 NAME_LENGTH = 200
@@ -72,100 +74,128 @@ class SchedulingSettings:
     housekeeping_interval: timedelta = timedelta(minutes=1)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None) -> SchedulingSettings:
-        """Validate *raw* (the user's ``SCHEDULING`` dict) and fill in the defaults."""
-        raw = dict(raw or {})
-        unknown = sorted(set(raw) - set(DEFAULTS))
-        if unknown:
-            raise ImproperlyConfigured(
-                f"SCHEDULING has unknown key(s) {', '.join(unknown)}; "
-                f"the keys are {', '.join(DEFAULTS)}"
-            )
-        values = {**DEFAULTS, **raw}
+    def from_dict(cls, raw: Any) -> SchedulingSettings:
+        """Validate *raw* (the user's ``SCHEDULING`` dict) and fill in the defaults.
 
-        def duration(key: str, *, allow_zero: bool = True) -> timedelta:
-            try:
-                return parse_duration(
-                    values[key], name=f"SCHEDULING[{key!r}]", allow_zero=allow_zero
-                )
-            except ValueError as exc:
-                raise ImproperlyConfigured(str(exc)) from None
+        Raise ``InvalidSettings`` naming every problem, not only the first.
+        """
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise InvalidSettings([f"SCHEDULING must be a dict, got {raw!r}"])
+        reader = _Reader({**DEFAULTS, **raw})
+        problems = reader.problems
+        problems += [_unknown_key(key) for key in raw if key not in DEFAULTS]
 
-        def integer(key: str, minimum: int) -> int:
-            value = values[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ImproperlyConfigured(
-                    f"SCHEDULING[{key!r}] must be a whole number of at least {minimum}, "
-                    f"got {value!r}"
-                )
-            return value
-
-        def choice(key: str, options: tuple[str, ...]) -> str:
-            value = values[key]
-            if value not in options:
-                raise ImproperlyConfigured(
-                    f"SCHEDULING[{key!r}] is {value!r}; use one of {', '.join(map(repr, options))}"
-                )
-            return value
-
-        def boolean(key: str) -> bool:
-            if not isinstance(values[key], bool):
-                raise ImproperlyConfigured(
-                    f"SCHEDULING[{key!r}] must be True or False, got {values[key]!r}"
-                )
-            return values[key]
-
-        def text(key: str) -> str:
-            if not isinstance(values[key], str) or not values[key]:
-                raise ImproperlyConfigured(
-                    f"SCHEDULING[{key!r}] must be a non-empty string, got {values[key]!r}"
-                )
-            return values[key]
-
-        core, most = integer("CORE_POOL_SIZE", 0), integer("MAX_POOL_SIZE", 1)
-        if most < core:
-            raise ImproperlyConfigured(
+        core = reader.integer("CORE_POOL_SIZE", 0)
+        most = reader.integer("MAX_POOL_SIZE", 1)
+        if core is not None and most is not None and most < core:
+            problems.append(
                 f"SCHEDULING['MAX_POOL_SIZE'] ({most}) is smaller than "
                 f"SCHEDULING['CORE_POOL_SIZE'] ({core}); "
                 "raise MAX_POOL_SIZE or lower CORE_POOL_SIZE"
             )
-        at_most, at_least = (
-            duration("LOCK_AT_MOST_FOR", allow_zero=False),
-            duration("LOCK_AT_LEAST_FOR"),
-        )
-        if at_least > at_most:
-            raise ImproperlyConfigured(
-                f"SCHEDULING['LOCK_AT_LEAST_FOR'] ({values['LOCK_AT_LEAST_FOR']!r}) exceeds "
-                f"SCHEDULING['LOCK_AT_MOST_FOR'] ({values['LOCK_AT_MOST_FOR']!r}); "
-                "lower LOCK_AT_LEAST_FOR"
+        at_most = reader.duration("LOCK_AT_MOST_FOR", allow_zero=False)
+        at_least = reader.duration("LOCK_AT_LEAST_FOR")
+        if at_most is not None and at_least is not None and at_least > at_most:
+            problems.append(
+                f"SCHEDULING['LOCK_AT_LEAST_FOR'] ({reader.values['LOCK_AT_LEAST_FOR']!r}) "
+                f"exceeds SCHEDULING['LOCK_AT_MOST_FOR'] "
+                f"({reader.values['LOCK_AT_MOST_FOR']!r}); lower LOCK_AT_LEAST_FOR"
             )
-        instance = values["INSTANCE_NAME"]
+        instance = reader.values["INSTANCE_NAME"]
         if instance is not None and (not isinstance(instance, str) or not instance):
-            raise ImproperlyConfigured(
+            problems.append(
                 f"SCHEDULING['INSTANCE_NAME'] must be a non-empty string or None, got {instance!r}"
             )
-        if instance is not None and len(instance) > 255:
-            raise ImproperlyConfigured("SCHEDULING['INSTANCE_NAME'] is longer than 255 characters")
-        return cls(
-            autostart=boolean("AUTOSTART"),
-            task_module=text("TASK_MODULE"),
-            core_pool_size=core,
-            max_pool_size=most,
-            queue_capacity=integer("QUEUE_CAPACITY", 0),
-            keep_alive=duration("KEEP_ALIVE"),
-            rejection_policy=choice("REJECTION_POLICY", REJECTION_POLICIES),
-            shutdown_timeout=duration("SHUTDOWN_TIMEOUT"),
-            lock_provider=choice("LOCK_PROVIDER", LOCK_PROVIDERS),
-            lock_at_most_for=at_most,
-            lock_at_least_for=at_least,
-            database=text("DATABASE"),
-            history=boolean("HISTORY"),
-            history_retention=duration("HISTORY_RETENTION", allow_zero=False),
-            overdue_after=duration("OVERDUE_AFTER", allow_zero=False),
-            misfire_threshold=duration("MISFIRE_THRESHOLD"),
-            instance_name=instance or default_instance_name(),
-            housekeeping_interval=duration("HOUSEKEEPING_INTERVAL", allow_zero=False),
-        )
+        elif instance is not None and len(instance) > 255:
+            problems.append("SCHEDULING['INSTANCE_NAME'] is longer than 255 characters")
+        fields = {
+            "autostart": reader.boolean("AUTOSTART"),
+            "task_module": reader.text("TASK_MODULE"),
+            "core_pool_size": core,
+            "max_pool_size": most,
+            "queue_capacity": reader.integer("QUEUE_CAPACITY", 0),
+            "keep_alive": reader.duration("KEEP_ALIVE"),
+            "rejection_policy": reader.choice("REJECTION_POLICY", REJECTION_POLICIES),
+            "shutdown_timeout": reader.duration("SHUTDOWN_TIMEOUT"),
+            "lock_provider": reader.choice("LOCK_PROVIDER", LOCK_PROVIDERS),
+            "lock_at_most_for": at_most,
+            "lock_at_least_for": at_least,
+            "database": reader.text("DATABASE"),
+            "history": reader.boolean("HISTORY"),
+            "history_retention": reader.duration("HISTORY_RETENTION", allow_zero=False),
+            "overdue_after": reader.duration("OVERDUE_AFTER", allow_zero=False),
+            "misfire_threshold": reader.duration("MISFIRE_THRESHOLD"),
+            "instance_name": instance or default_instance_name(),
+            "housekeeping_interval": reader.duration("HOUSEKEEPING_INTERVAL", allow_zero=False),
+        }
+        if problems:
+            raise InvalidSettings(problems)
+        return cls(**fields)
+
+
+class InvalidSettings(ImproperlyConfigured):
+    """The ``SCHEDULING`` setting is wrong; ``problems`` names each mistake in a sentence."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class _Reader:
+    """Read the values of ``SCHEDULING`` one by one, noting each problem instead of raising."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+        self.problems: list[str] = []
+
+    def duration(self, key: str, *, allow_zero: bool = True) -> timedelta | None:
+        try:
+            name = f"SCHEDULING[{key!r}]"
+            return parse_duration(self.values[key], name=name, allow_zero=allow_zero)
+        except ValueError as exc:
+            self.problems.append(str(exc))
+            return None
+
+    def integer(self, key: str, minimum: int) -> int | None:
+        value = self.values[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.problems.append(
+                f"SCHEDULING[{key!r}] must be a whole number of at least {minimum}, got {value!r}"
+            )
+            return None
+        return value
+
+    def choice(self, key: str, options: tuple[str, ...]) -> str | None:
+        value = self.values[key]
+        if value not in options:
+            self.problems.append(
+                f"SCHEDULING[{key!r}] is {value!r}; use one of {', '.join(map(repr, options))}"
+            )
+            return None
+        return value
+
+    def boolean(self, key: str) -> bool | None:
+        value = self.values[key]
+        if not isinstance(value, bool):
+            self.problems.append(f"SCHEDULING[{key!r}] must be True or False, got {value!r}")
+            return None
+        return value
+
+    def text(self, key: str) -> str | None:
+        value = self.values[key]
+        if not isinstance(value, str) or not value:
+            self.problems.append(f"SCHEDULING[{key!r}] must be a non-empty string, got {value!r}")
+            return None
+        return value
+
+
+def _unknown_key(key: object) -> str:
+    close = difflib.get_close_matches(str(key).upper(), DEFAULTS, n=1)
+    if close:
+        return f"SCHEDULING has an unknown key {key!r}; did you mean {close[0]!r}?"
+    return f"SCHEDULING has an unknown key {key!r}; the keys are {', '.join(DEFAULTS)}"
 
 
 def default_instance_name() -> str:

@@ -39,10 +39,10 @@ def parse_duration(
     zero while *allow_zero* is false.
     """
     result = _parse(value, name)
+    if not allow_zero and result <= timedelta(0):
+        raise ValueError(f"{name} must be positive, got {value!r}")
     if result < timedelta(0):
         raise ValueError(f"{name} must not be negative, got {value!r}")
-    if not allow_zero and result == timedelta(0):
-        raise ValueError(f"{name} must be greater than zero, got {value!r}")
     return result
 
 
@@ -62,6 +62,9 @@ def _parse(value: DurationLike, name: str) -> timedelta:
         raise ValueError(f"invalid {name} {value!r}: it is empty; {_HINT}")
     if text[0] in "pP" or text[:2] in ("-P", "-p"):
         return _parse_iso(text, value, name)
+    if text[0] == "-" and text[1:].strip():
+        # Read "-3s" as minus three seconds, so that the message says what is wrong with it.
+        return -_parse_simple(text[1:].lstrip(), value, name)
     return _parse_simple(text, value, name)
 
 

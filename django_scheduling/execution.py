@@ -224,6 +224,10 @@ class TaskRunner:
         finally:
             if not held.release() and run_id is not None:
                 self._lock_lost(spec, run_id, fire_time)
+            if held.unreleased is not None:
+                # The database failed the unlock: release it when it answers again, rather
+                # than leave the lock held, by this very instance, until lock_at_most_for.
+                self.outbox.add(f"the release of the lock of {spec.name}", held.unreleased.unlock)
 
     def _claimed_since(self, spec: TaskSpec) -> bool:
         """Return whether the fire time being looked at again was claimed meanwhile (one read,
@@ -512,7 +516,8 @@ class TaskRunner:
                 now=now, state=replace(spec.state, last_fire_time=fire_time)
             )
             retry = now + LOCKED_RECHECK
-            return retry if upcoming is None else min(retry, upcoming)
+            # Never sooner than that: a next fire time already due would make a busy loop.
+            return upcoming if upcoming is not None and now < upcoming < retry else retry
         spec.recheck = None
         return self._skipped_firing(spec, fire_time, "locked", assume_ran=True)
 

@@ -39,6 +39,8 @@ class KeptAliveLock:
         self.lock: Lock | None = lock
         self.name = name
         self.lost = False
+        #: A lock whose unlock failed (database unreachable), to unlock again later.
+        self.unreleased: Lock | None = None
         self._keeper = keeper
         self._mutex = threading.Lock()
         # Measured on this host's clock, like every later comparison here.
@@ -88,10 +90,8 @@ class KeptAliveLock:
         try:
             released = lock.unlock()
         except LockError:
-            logger.warning(
-                "Could not release the lock of %s; it frees itself after lock_at_most_for",
-                self.name,
-            )
+            logger.warning("Could not release the lock of %s; trying again later", self.name)
+            self.unreleased = lock  # the handle stays usable after a storage error
             return True  # unknown, not lost: nothing says another instance has it
         if released is False:
             self.lost = True

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError
 
+from .locking.base import LockError
+
 __all__ = ["Outbox", "OUTBOX_LIMIT"]
 
 logger = logging.getLogger(__name__)
@@ -74,7 +76,7 @@ class Outbox:
                 item = self._writes[0]
             try:
                 item.write()
-            except DatabaseError as exc:
+            except (DatabaseError, LockError) as exc:
                 logger.warning("Could not write %s yet: %s", item.description, exc)
                 return done
             with self._mutex:

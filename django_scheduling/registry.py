@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import Any, TypeVar
@@ -88,7 +88,11 @@ def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> Ta
         except ValueError as exc:
             raise _Invalid("trigger", str(exc)) from None
         try:
-            most_td = None if most is None else parse_duration(most, name="lock_at_most_for")
+            most_td = (
+                None
+                if most is None
+                else parse_duration(most, name="lock_at_most_for", allow_zero=False)
+            )
             least_td = None if least is None else parse_duration(least, name="lock_at_least_for")
         except ValueError as exc:
             raise _Invalid("lock", str(exc)) from None
@@ -96,13 +100,18 @@ def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> Ta
             raise _Invalid(
                 "lock", "lock_at_most_for= and lock_at_least_for= need lock=True; drop them"
             )
-        if most_td is not None and most_td <= timedelta(0):
-            raise _Invalid("lock", f"lock_at_most_for={most!r} must be greater than zero")
         if most_td is not None and least_td is not None and least_td > most_td:
             raise _Invalid(
                 "lock",
-                f"lock_at_least_for ({least!r}) exceeds lock_at_most_for ({most!r}) for "
-                f"{task_name!r}; lower lock_at_least_for",
+                f"lock_at_least_for ({least!r}) exceeds lock_at_most_for ({most!r}); "
+                "lower lock_at_least_for",
+            )
+        required = _required_parameters(func)
+        if required:
+            raise _Invalid(
+                "function",
+                f"the function needs the argument(s) {', '.join(required)}, but a task is "
+                "called with none",
             )
     except _Invalid as exc:
         return TaskDefinition(
@@ -111,6 +120,20 @@ def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> Ta
     return TaskDefinition(
         task_name, func, trigger_options, lock, most_td, least_td, recover=recover
     )
+
+
+def _required_parameters(func: Callable[..., Any]) -> list[str]:
+    """Return the names of the parameters that a call without arguments leaves unfilled."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):  # some built-ins have no signature to read
+        return []
+    unfilled = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return [
+        parameter.name
+        for parameter in signature.parameters.values()
+        if parameter.kind not in unfilled and parameter.default is inspect.Parameter.empty
+    ]
 
 
 class _Invalid(Exception):
@@ -247,7 +270,7 @@ def autodiscover() -> None:
         module = get_settings().task_module
     except ImproperlyConfigured:
         # The system checks report the setting; discover with what can be read of it.
-        raw = getattr(settings, "SCHEDULING", None) or {}
-        module = raw.get("TASK_MODULE") if isinstance(raw.get("TASK_MODULE"), str) else None
-        module = module or DEFAULTS["TASK_MODULE"]
+        raw = getattr(settings, "SCHEDULING", None)
+        module = raw.get("TASK_MODULE") if isinstance(raw, Mapping) else None
+        module = module if isinstance(module, str) and module else DEFAULTS["TASK_MODULE"]
     autodiscover_modules(module)

@@ -15,14 +15,14 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from . import maintenance, state
 from .conf import SchedulingSettings, get_settings
 from .execution import TaskRunner, TaskSpec
 from .keepalive import KeepAlive
-from .locking import SUPPORTED_VENDORS, LockError, get_lock_provider
+from .locking import LockError, get_lock_provider
 from .outbox import Outbox
 from .registry import TaskDefinition, TaskRegistry, registry
 from .scheduler import Entry, Scheduler
@@ -60,18 +60,15 @@ class SchedulerService:
         self._start_lock = threading.Lock()
 
     def check(self) -> None:
-        """Raise ``ImproperlyConfigured`` for mistakes in the tasks or settings; no I/O."""
-        errors = self.tasks.errors()
+        """Raise ``ImproperlyConfigured`` naming every mistake in the tasks or settings, as
+        ``manage.py check`` reports them; no I/O."""
+        from .checks import describe, scheduler_errors
+
+        errors = scheduler_errors(self.tasks, self.conf)
         if errors:
             raise ImproperlyConfigured(
-                "django_scheduling cannot start; fix these tasks first (manage.py check "
-                "shows them too):\n  " + "\n  ".join(errors)
-            )
-        vendor = connections[self.conf.database].vendor
-        if vendor not in SUPPORTED_VENDORS:
-            raise ImproperlyConfigured(
-                f"django_scheduling supports MySQL/MariaDB and SQLite, not {vendor}; "
-                "set SCHEDULING['DATABASE'] to an alias of a supported database"
+                "django_scheduling cannot start; fix these first (manage.py check shows them "
+                "too):\n" + describe(errors)
             )
 
     def start(self) -> None:
@@ -127,14 +124,25 @@ class SchedulerService:
         return {entry.name: entry.next_fire_time for entry in self.scheduler.entries()}
 
     def start_in_background(self) -> threading.Thread:
-        """Start on a thread of its own, retrying while the database cannot be reached.
+        """Start on a thread of its own once app loading has finished, retrying until it
+        succeeds or ``stop()`` is called.
 
-        ``AppConfig.ready()`` must not touch the database, and a web process should come up
-        even when the database is not there yet: the scheduler then starts when it is.
+        ``AppConfig.ready()`` must not touch the database, nor may a thread it starts before
+        every app is ready; and a web process should come up even when the database is not
+        there yet: the scheduler then starts when it is. Mistakes in the tasks or settings
+        raise ``ImproperlyConfigured`` here, at once.
         """
+        from django.apps import apps
+
+        from .autostart import describe_database_error
+
         self.check()
 
         def run() -> None:
+            # ready() runs while later apps are still loading; wait for the last one.
+            while not apps.ready_event.wait(timeout=1.0):
+                if self._stopped.is_set():
+                    return
             delay = 1.0
             while not self._stopped.is_set():
                 try:
@@ -142,14 +150,17 @@ class SchedulerService:
                     return
                 except (DatabaseError, LockError) as exc:
                     logger.error(
-                        "Cannot start the scheduler: the database is unavailable (%s); "
-                        "trying again in %ss",
-                        exc,
+                        "Cannot start the scheduler: %s; trying again in %ss",
+                        describe_database_error(exc),
                         delay,
                     )
-                    close_old_connections()
-                    self._stopped.wait(delay)
-                    delay = min(delay * 2, 60.0)
+                except Exception:
+                    # Anything else is a bug or a passing fault; giving up would leave this
+                    # process without a scheduler until it restarts.
+                    logger.exception("Cannot start the scheduler; trying again in %ss", delay)
+                close_old_connections()
+                self._stopped.wait(delay)
+                delay = min(delay * 2, 60.0)
 
         thread = threading.Thread(target=run, name="scheduling-start", daemon=True)
         thread.start()

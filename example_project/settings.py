@@ -81,16 +81,20 @@ SCHEDULING = {
     "OVERDUE_AFTER": env("SCHEDULING_OVERDUE_AFTER", default="1m"),
 }
 
+# The scheduler's lines and the tasks' own lines (example_app/tasks.py logs as
+# "example_app.tasks"), with timestamps. Without a logger for the tasks, their INFO lines would
+# be dropped: Python's default shows WARNING and above only.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"timestamped": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "timestamped"}},
     "loggers": {
         "django_scheduling": {
             "handlers": ["console"],
             "level": env("SCHEDULING_LOG_LEVEL", default="INFO"),
             "propagate": False,
-        }
+        },
+        "example_app": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }

@@ -17,9 +17,10 @@ import sys
 
 import gunicorn
 import pytest
+from django.db import DatabaseError, OperationalError, ProgrammingError, connection
 from django.test import SimpleTestCase, TransactionTestCase
 
-from django_scheduling.autostart import serving_mode
+from django_scheduling.autostart import describe_database_error, missing_table, serving_mode
 
 from .processes import ROOT, Process, poll, process_env
 from .testapp.models import Execution
@@ -199,10 +200,14 @@ class AutostartProcessTests(TransactionTestCase):
 
     def check_gunicorn(self, *options: str) -> None:
         proc = self.gunicorn(*options)
+        # With --preload a worker autostarts right after the fork, before it logs "Booting".
         try:
-            poll(lambda: proc.count(AUTOSTARTED) >= 2, timeout=30)
+            poll(
+                lambda: proc.count(AUTOSTARTED) >= 2 and proc.count("Booting worker") >= 2,
+                timeout=30,
+            )
         except AssertionError:
-            self.fail(f"two workers did not autostart:\n{proc.output}")
+            self.fail(f"two workers did not boot and autostart:\n{proc.output}")
         workers = autostarted_pids(proc)
         self.assertEqual(len(set(workers)), 2, proc.output)
         self.assertNotIn(proc.popen.pid, workers)
@@ -235,3 +240,78 @@ class AutostartProcessTests(TransactionTestCase):
             with self.subTest(command=command[0]):
                 self.assertEqual(proc.wait(60), 0, proc.output)
                 self.assertEqual(proc.count(AUTOSTARTED), 0, proc.output)
+
+
+def job():
+    pass
+
+
+class StartThreadTests(TransactionTestCase):
+    """The thread that starts an autostarted scheduler never gives up for good."""
+
+    def test_any_exception_is_logged_and_retried(self):
+        from django_scheduling.conf import SchedulingSettings
+        from django_scheduling.registry import TaskDefinition, TaskRegistry
+        from django_scheduling.service import SchedulerService
+
+        failures = ["once"]
+
+        class FailsOnce(TaskDefinition):
+            def trigger(self, *args, **kwargs):
+                if failures:
+                    raise RuntimeError(f"failed {failures.pop()}")
+                return super().trigger(*args, **kwargs)
+
+        task = FailsOnce(name="fails.once", func=job, trigger_options={"fixed_rate": "1h"})
+        service = SchedulerService(
+            [task], tasks=TaskRegistry(), conf=SchedulingSettings.from_dict({"HISTORY": False})
+        )
+        self.addCleanup(service.stop, 5)
+        with self.assertLogs("django_scheduling.service", "INFO") as logs:
+            service.start_in_background()
+            poll(lambda: "Scheduler started" in "\n".join(logs.output), timeout=30)
+        [failure] = [line for line in logs.output if line.startswith("ERROR")]
+        self.assertIn("Cannot start the scheduler; trying again in 1.0s", failure)
+        self.assertIn("RuntimeError: failed once", failure)
+        self.assertEqual(list(service.next_fire_times()), ["fails.once"])
+
+
+class MissingTableTests(TransactionTestCase):
+    """The start thread tells a missing table (run migrate) from other database errors."""
+
+    def error_of(self, sql: str) -> DatabaseError:
+        with self.assertRaises(DatabaseError) as caught, connection.cursor() as cursor:
+            cursor.execute(sql)
+        return caught.exception
+
+    def test_the_database_in_use(self):
+        missing = self.error_of("SELECT name FROM django_scheduling_no_such_table")
+        self.assertTrue(missing_table(missing), repr(missing))
+        self.assertIn("run `python manage.py migrate`", describe_database_error(missing))
+        wrong = self.error_of("SELECT no_such_column FROM django_scheduling_scheduledtask")
+        self.assertFalse(missing_table(wrong), repr(wrong))
+        self.assertNotIn("migrate", describe_database_error(wrong))
+
+    def test_error_codes_and_texts_of_each_database(self):
+        class PsycopgError(Exception):
+            def __init__(self, message: str, sqlstate: str) -> None:
+                super().__init__(message)
+                self.sqlstate = self.pgcode = sqlstate
+
+        def wrapped(cause: Exception) -> DatabaseError:
+            try:
+                raise ProgrammingError(*cause.args) from cause
+            except ProgrammingError as exc:
+                return exc
+
+        cases = [
+            (OperationalError("no such table: django_scheduling_tasklock"), True),
+            (ProgrammingError(1146, "Table 'app.django_scheduling_tasklock' doesn't exist"), True),
+            (wrapped(PsycopgError('relation "x" does not exist', "42P01")), True),
+            (OperationalError(2002, "Can't connect to server on '127.0.0.1' (115)"), False),
+            (wrapped(PsycopgError('column "x" does not exist', "42703")), False),
+            (OperationalError("database is locked"), False),
+        ]
+        for error, expected in cases:
+            with self.subTest(error=error):
+                self.assertEqual(missing_table(error), expected)

@@ -50,6 +50,10 @@ def test_accepted_forms(value, expected):
         (-1, "duration must not be negative, got -1"),
         ("-PT1S", "duration must not be negative, got '-PT1S'"),
         (timedelta(seconds=-3), "must not be negative"),
+        ("-3s", "duration must not be negative, got '-3s'"),
+        ("-1h30m", "duration must not be negative, got '-1h30m'"),
+        ("--3s", "invalid duration '--3s'"),
+        ("3-s", "invalid duration '3-s'"),
     ],
 )
 def test_rejected_forms_name_the_value(value, message):
@@ -58,9 +62,13 @@ def test_rejected_forms_name_the_value(value, message):
     assert message in str(info.value)
 
 
-def test_zero_rejected_where_it_makes_no_sense():
-    with pytest.raises(ValueError, match=r"fixed_rate must be greater than zero, got '0s'"):
-        parse_duration("0s", name="fixed_rate", allow_zero=False)
+@pytest.mark.parametrize(
+    ("value", "shown"), [("0s", "'0s'"), (0, "0"), ("-3s", "'-3s'"), (-1, "-1")]
+)
+def test_zero_and_negative_rejected_where_only_positive_makes_sense(value, shown):
+    with pytest.raises(ValueError) as info:
+        parse_duration(value, name="fixed_delay", allow_zero=False)
+    assert str(info.value) == f"fixed_delay must be positive, got {shown}"
 
 
 def test_the_name_appears_in_the_message():

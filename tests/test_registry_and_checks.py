@@ -12,7 +12,7 @@ from django.test import SimpleTestCase, override_settings
 from django_scheduling import checks as scheduling_checks
 from django_scheduling import registry as registry_module
 from django_scheduling import scheduled
-from django_scheduling.conf import SchedulingSettings, get_settings
+from django_scheduling.conf import InvalidSettings, SchedulingSettings, get_settings
 from django_scheduling.registry import TaskRegistry
 
 
@@ -86,11 +86,20 @@ class ScheduledDecoratorTests(SimpleTestCase):
 
     def test_lock_times_that_make_no_sense_are_reported(self):
         scheduled(fixed_rate="5s", lock_at_most_for="1s", lock_at_least_for="5s", name="a")(job)
-        self.assert_one_error("django_scheduling.E003", "lock_at_least_for ('5s') exceeds")
+        self.assert_one_error(
+            "django_scheduling.E003",
+            "Task 'a' (tests.test_registry_and_checks.job): lock_at_least_for ('5s') exceeds "
+            "lock_at_most_for ('1s'); lower lock_at_least_for",
+        )
+        self.assertEqual(self.check_messages()[0].msg.count("'a'"), 1)
 
     def test_zero_lock_at_most_for_is_reported(self):
         scheduled(fixed_rate="5s", lock_at_most_for=0, name="a")(job)
-        self.assert_one_error("django_scheduling.E003", "lock_at_most_for=0 must be greater")
+        self.assert_one_error("django_scheduling.E003", "lock_at_most_for must be positive, got 0")
+
+    def test_negative_durations_are_reported_as_such(self):
+        scheduled(fixed_delay="-3s", name="a")(job)
+        self.assert_one_error("django_scheduling.E001", "fixed_delay must be positive, got '-3s'")
 
     def test_lock_times_without_lock_are_reported(self):
         scheduled(fixed_rate="5s", lock=False, lock_at_most_for="1m", name="a")(job)
@@ -104,6 +113,40 @@ class ScheduledDecoratorTests(SimpleTestCase):
     def test_registering_the_same_function_again_is_not_a_duplicate(self):
         scheduled(fixed_rate="5s")(job)
         scheduled(fixed_rate="5s")(job)
+        self.assertEqual(self.check_messages(), [])
+
+    def test_functions_that_need_arguments_are_reported(self):
+        class Reports:
+            @scheduled(fixed_rate="5s", name="method")
+            def send(self):
+                pass
+
+        def with_parameter(day):
+            pass
+
+        def with_keyword(*, day):
+            pass
+
+        scheduled(fixed_rate="5s", name="parameter")(with_parameter)
+        scheduled(fixed_rate="5s", name="keyword")(with_keyword)
+        messages = {m.msg.partition(" ")[2].partition(" ")[0]: m for m in self.check_messages()}
+        self.assertEqual(
+            {name: m.id for name, m in messages.items()},
+            dict.fromkeys(["'keyword'", "'method'", "'parameter'"], "django_scheduling.E009"),
+        )
+        self.assertIn(
+            "the function needs the argument(s) self, but a task is called with none",
+            messages["'method'"].msg,
+        )
+        self.assertIn("a module-level function", messages["'method'"].hint)
+        self.assertIn("needs the argument(s) day", messages["'parameter'"].msg)
+        self.assertIn("needs the argument(s) day", messages["'keyword'"].msg)
+
+    def test_functions_whose_arguments_are_optional_pass(self):
+        def defaults(day=None, *args, retries=3, **kwargs):
+            pass
+
+        scheduled(fixed_rate="5s", name="defaults")(defaults)
         self.assertEqual(self.check_messages(), [])
 
     def test_too_long_name_is_reported(self):
@@ -141,7 +184,8 @@ class SettingsTests(SimpleTestCase):
 
     def test_rejections_name_the_key_and_the_fix(self):
         cases = [
-            ({"POOL_SIZE": 3}, "SCHEDULING has unknown key(s) POOL_SIZE; the keys are"),
+            ({"POOL": 3}, "SCHEDULING has an unknown key 'POOL'; the keys are AUTOSTART, "),
+            ({"core_pool_size": 3}, "unknown key 'core_pool_size'; did you mean 'CORE_POOL_SIZE'?"),
             ({"CORE_POOL_SIZE": -1}, "SCHEDULING['CORE_POOL_SIZE'] must be a whole number"),
             ({"MAX_POOL_SIZE": "8"}, "SCHEDULING['MAX_POOL_SIZE'] must be a whole number"),
             (
@@ -150,7 +194,7 @@ class SettingsTests(SimpleTestCase):
             ),
             ({"REJECTION_POLICY": "drop"}, "SCHEDULING['REJECTION_POLICY'] is 'drop'; use one of"),
             ({"KEEP_ALIVE": "1 minute"}, "invalid SCHEDULING['KEEP_ALIVE'] '1 minute'"),
-            ({"LOCK_AT_MOST_FOR": 0}, "SCHEDULING['LOCK_AT_MOST_FOR'] must be greater than zero"),
+            ({"LOCK_AT_MOST_FOR": 0}, "SCHEDULING['LOCK_AT_MOST_FOR'] must be positive, got 0"),
             (
                 {"LOCK_AT_MOST_FOR": "1s", "LOCK_AT_LEAST_FOR": "2s"},
                 "SCHEDULING['LOCK_AT_LEAST_FOR'] ('2s') exceeds",
@@ -162,6 +206,34 @@ class SettingsTests(SimpleTestCase):
         for raw, message in cases:
             with self.subTest(raw=raw), self.assertRaisesMessage(ImproperlyConfigured, message):
                 SchedulingSettings.from_dict(raw)
+
+    def test_every_problem_is_named_at_once(self):
+        raw = {"CORE_POOL_SIZ": 8, "LOCK_AT_MOST_FOR": "ten minutes", "AUTOSTART": "yes"}
+        with self.assertRaises(InvalidSettings) as caught:
+            SchedulingSettings.from_dict(raw)
+        self.assertEqual(len(caught.exception.problems), 3, caught.exception.problems)
+        with self.settings(SCHEDULING=raw):
+            messages = scheduling_checks.check_settings()
+        self.assertEqual([m.id for m in messages], ["django_scheduling.E004"] * 3)
+        text = "\n".join(m.msg for m in messages)
+        for part in (
+            "unknown key 'CORE_POOL_SIZ'; did you mean 'CORE_POOL_SIZE'?",
+            "invalid SCHEDULING['LOCK_AT_MOST_FOR'] 'ten minutes'",
+            "SCHEDULING['AUTOSTART'] must be True or False, got 'yes'",
+        ):
+            self.assertIn(part, text)
+
+    def test_a_setting_that_is_not_a_dict_is_a_check_error(self):
+        for value in ("yes", ["CORE_POOL_SIZE", 8], 1):
+            with self.subTest(value=value), self.settings(SCHEDULING=value):
+                messages = scheduling_checks.check_settings()
+                self.assertEqual([m.id for m in messages], ["django_scheduling.E004"])
+                self.assertIn(f"SCHEDULING must be a dict, got {value!r}", messages[0].msg)
+
+    def test_cross_checks_wait_for_valid_values(self):
+        with self.assertRaises(InvalidSettings) as caught:
+            SchedulingSettings.from_dict({"MAX_POOL_SIZE": "8", "LOCK_AT_LEAST_FOR": "soon"})
+        self.assertEqual(len(caught.exception.problems), 2, caught.exception.problems)
 
     @override_settings(SCHEDULING={"CORE_POOL_SIZE": "four"})
     def test_bad_setting_is_a_check_error(self):
@@ -189,12 +261,22 @@ class SettingsTests(SimpleTestCase):
 
         with mock.patch.object(connections["default"], "vendor", "postgresql"):
             messages = scheduling_checks.check_settings()
-            self.assertEqual([m.id for m in messages], ["django_scheduling.E005"])
+            self.assertEqual([m.id for m in messages], ["django_scheduling.E008"])
             self.assertIn(
                 "is postgresql, which django_scheduling does not support", messages[0].msg
             )
-            with self.assertRaisesMessage(ImproperlyConfigured, "not postgresql"):
+            with self.assertRaisesMessage(
+                ImproperlyConfigured,
+                "(django_scheduling.E008) The database 'default' is postgresql",
+            ):
                 SchedulerService([], tasks=TaskRegistry()).check()
+
+    @override_settings(USE_TZ=False)
+    def test_use_tz_false_stops_the_scheduler(self):
+        from django_scheduling.service import SchedulerService
+
+        with self.assertRaisesMessage(ImproperlyConfigured, "(django_scheduling.E006)"):
+            SchedulerService([], tasks=TaskRegistry()).check()
 
     def test_the_project_passes_its_checks(self):
         self.assertEqual(scheduling_checks.check_settings(), [])

@@ -156,6 +156,16 @@ class LockedElsewhereTests(Base):
         self.assertEqual(runner.run(entry, retry), T0 + timedelta(minutes=1))
         self.assertEqual(seen, [T0])
 
+    def test_looking_again_never_asks_for_a_time_already_past(self):
+        definition = TaskRegistry().add(Calls(), fixed_rate="1s", name="job")
+        clock = Clock(T0)
+        runner = make_runner("b", clock)
+        entry = self.entry(runner, definition)
+        DatabaseLockProvider(owner="a").lock(LockConfiguration("job", "1h"))
+        clock.now = T0 + 3 * SECOND  # late, and T0 + 1 s is due too: both within the threshold
+        retry = runner.run(entry, T0)
+        self.assertEqual(retry, clock.now + SECOND)
+
     def test_a_fire_time_claimed_by_the_holder_is_looked_at_with_one_read(self):
         calls = Calls()
         definition = TaskRegistry().add(calls, fixed_rate="1m", name="job")
@@ -294,6 +304,17 @@ class OutageTests(Base):
         self.assertEqual(TaskRun.objects.get().status, RunStatus.RUNNING)
         self.assertEqual(runner.outbox.flush(), 1)
         self.assertEqual(TaskRun.objects.get().status, RunStatus.SUCCEEDED)
+
+    def test_a_lock_whose_release_failed_is_released_when_the_database_is_back(self):
+        gone = table_gone(TaskLock)
+        runner = make_runner("a", Clock(T0))
+        entry = self.entry(runner, TaskRegistry().add(gone.__enter__, fixed_rate="1h", name="job"))
+        runner.run(entry, T0)
+        gone.__exit__(None, None, None)
+        other = DatabaseLockProvider(owner="b")
+        self.assertIsNone(other.lock(LockConfiguration("job", "1m")))  # still held by "a"
+        self.assertEqual(runner.outbox.flush(), 1)
+        self.assertIsNotNone(other.lock(LockConfiguration("job", "1m")))
 
     def test_an_unlocked_task_backs_off_while_the_database_is_down(self):
         calls = Calls()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import signal
 import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from tempfile import TemporaryDirectory
 
 import pytest
 from django.test import TransactionTestCase
 from django.utils import timezone
 
-from django_scheduling.models import RunStatus, TaskLock, TaskRun
+from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 
 from .processes import Process, manage, poll, process_env
 from .testapp.models import Execution
@@ -186,3 +189,68 @@ class RunschedulerTests(TransactionTestCase):
         run = TaskRun.objects.get(task_name="stubborn")
         self.assertEqual(run.status, RunStatus.INTERRUPTED)
         self.assertIsNotNone(run.finished_at)
+
+
+class ListTests(TransactionTestCase):
+    """``runscheduler --list`` shows what the database says about each task."""
+
+    pytestmark = pytest.mark.processes
+
+    def list_tasks(self, **env: str) -> Process:
+        env = {
+            "DJANGO_SETTINGS_MODULE": "tests.config_settings",
+            "CONFIG_TASKS": "listing",
+            "TESTAPP_TASKS": "",
+            **env,
+        }
+        proc = manage("runscheduler", "--list", env=process_env(**env))
+        self.addCleanup(proc.kill)
+        return proc
+
+    def test_stored_times_done_one_shots_and_paused_tasks(self):
+        once = datetime(2026, 1, 1, 12, tzinfo=UTC)
+        stored = (timezone.now() + timedelta(minutes=17)).replace(microsecond=0)
+        ScheduledTask.objects.create(
+            name="config.once",
+            kind="one_shot",
+            trigger=f"once at {once.isoformat()}",
+            anchor=once,
+            last_fire_time=once,
+        )
+        ScheduledTask.objects.create(
+            name="config.hourly",
+            kind="fixed_rate",
+            trigger="every 1h",
+            anchor=stored - timedelta(hours=5),
+            next_fire_time=stored,
+        )
+        ScheduledTask.objects.create(
+            name="config.paused",
+            kind="fixed_rate",
+            trigger="every 1h",
+            anchor=stored - timedelta(hours=5),
+            next_fire_time=stored,
+            paused=True,
+        )
+        proc = self.list_tasks()
+        self.assertEqual(proc.wait(60), 0, proc.output)
+        self.assertIn(f"config.hourly  every 1h  next {stored.isoformat()}", proc.lines)
+        self.assertIn(f"config.paused  every 1h  paused, next {stored.isoformat()}", proc.lines)
+        self.assertIn(
+            f"config.once  once at {once.isoformat()}  done: fired at {once.isoformat()}",
+            proc.lines,
+        )
+        self.assertFalse(TaskRun.objects.exists())
+
+    def test_before_migrate(self):
+        with TemporaryDirectory() as directory:
+            proc = self.list_tasks(DATABASE_URL=f"sqlite:///{Path(directory) / 'empty.sqlite3'}")
+            self.assertEqual(proc.wait(60), 0, proc.output)
+        self.assertIn("run `python manage.py migrate`", proc.output)
+        self.assertNotIn("Traceback", proc.output)
+        names = [line.partition("  ")[0] for line in proc.lines if "  " in line]
+        self.assertEqual(names, ["config.hourly", "config.once", "config.paused"], proc.output)
+        self.assertIn(
+            "config.once  once at 2026-01-01T12:00:00+00:00  next 2026-01-01T12:00:00+00:00",
+            proc.lines,
+        )

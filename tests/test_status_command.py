@@ -86,11 +86,49 @@ class SchedulingStatusTests(TestCase):
         self.assertEqual(status("--overdue-after", "PT2M")[0], 1)
 
     def test_invalid_overdue_after(self):
-        for value in ("soon", "0s"):
+        cases = {
+            "soon": "invalid --overdue-after 'soon'",
+            "0s": "--overdue-after must be positive, got '0s'",
+            "0": "--overdue-after must be positive, got '0'",
+            "-5": "--overdue-after must be positive, got '-5'",
+            "-5m": "--overdue-after must be positive, got '-5m'",
+        }
+        for value, message in cases.items():
             with self.subTest(value), self.assertRaises(CommandError) as caught:
-                call_command("scheduling_status", "--overdue-after", value, stdout=StringIO())
+                call_command("scheduling_status", f"--overdue-after={value}", stdout=StringIO())
             self.assertEqual(caught.exception.returncode, 2)
-            self.assertIn("--overdue-after", str(caught.exception))
+            self.assertEqual(str(caught.exception).partition(":")[0], message)
+
+    def test_overdue_after_in_seconds(self):
+        self.add("hourly.sync", timedelta(minutes=6))
+
+        self.assertEqual(status("--overdue-after", "600")[0], 0)
+        self.assertEqual(status("--overdue-after", "90.5")[0], 1)
+
+    @override_settings(SCHEDULING={"CORE_POOL_SIZ": 4, "OVERDUE_AFTER": "late"})
+    def test_a_bad_setting_fails_and_names_every_problem(self):
+        with self.assertRaises(CommandError) as caught:
+            call_command("scheduling_status", stdout=StringIO())
+        self.assertEqual(caught.exception.returncode, 1)
+        message = str(caught.exception)
+        self.assertTrue(message.startswith("The scheduler cannot start"), message)
+        self.assertIn(
+            "(django_scheduling.E004) SCHEDULING has an unknown key 'CORE_POOL_SIZ'", message
+        )
+        self.assertIn(
+            "(django_scheduling.E004) invalid SCHEDULING['OVERDUE_AFTER'] 'late'", message
+        )
+
+    @override_settings(SCHEDULING=["not", "a", "dict"])
+    def test_a_bad_setting_in_json(self):
+        out = StringIO()
+        with self.assertRaises(CommandError):
+            call_command("scheduling_status", "--json", stdout=out)
+        report = json.loads(out.getvalue())
+        self.assertEqual(report["ok"], False)
+        [problem] = report["problems"]
+        self.assertEqual(problem["id"], "django_scheduling.E004")
+        self.assertIn("SCHEDULING must be a dict", problem["message"])
 
     def test_json(self):
         self.add("hourly.sync", timedelta(minutes=6))

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import signal
 import threading
+from datetime import datetime
 from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 from django.utils import timezone
 
-from ...registry import registry
+from ...autostart import describe_database_error
+from ...conf import get_settings
+from ...models import ScheduledTask
+from ...registry import TaskDefinition, registry
 from ...service import SchedulerService
+from ...triggers import TriggerState
 
 
 class Command(BaseCommand):
@@ -42,7 +48,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--list",
             action="store_true",
-            help="List the tasks and their next fire times, and exit.",
+            help="List the tasks with what the database says of them (next fire time, paused, "
+            "done), and exit.",
         )
         parser.add_argument(
             "--shutdown-timeout",
@@ -73,7 +80,12 @@ class Command(BaseCommand):
             sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)
         }
         try:
-            service.start()
+            try:
+                service.start()
+            except DatabaseError as exc:
+                raise CommandError(
+                    f"Cannot start the scheduler: {describe_database_error(exc)}"
+                ) from exc
             self._print_tasks(service)
             self.stdout.write("Scheduler running; press Ctrl-C (or send SIGTERM) to stop.")
             self.stdout.flush()
@@ -99,16 +111,36 @@ class Command(BaseCommand):
         chosen = [d for d in registry if (not only or d.name in only) and d.name not in exclude]
         return chosen
 
-    def _list(self, definitions: list | None) -> None:
+    def _list(self, definitions: list[TaskDefinition] | None) -> None:
         now = timezone.now()
         zone = timezone.get_default_timezone()
-        for definition in definitions if definitions is not None else registry:
+        definitions = list(registry) if definitions is None else definitions
+        rows = self._rows([d.name for d in definitions])
+        for definition in definitions:
             if definition.error:
                 self.stdout.write(f"{definition.name}  INVALID: {definition.error}")
                 continue
             trigger = definition.trigger(zone)
-            first = trigger.next_fire_time(now=now, state=_fresh())
-            self.stdout.write(f"{definition.name}  {trigger.describe()}  next {_local(first)}")
+            described = trigger.describe()
+            row = rows.get(definition.name)
+            if row is None or row.trigger != described[:255]:
+                # Not scheduled yet, or with another trigger: the next start begins afresh.
+                when = f"next {_local(trigger.next_fire_time(now=now, state=TriggerState()))}"
+            else:
+                when = _row_state(row, trigger.next_fire_time(now=now, state=_state(row)))
+            self.stdout.write(f"{definition.name}  {described}  {when}")
+
+    def _rows(self, names: list[str]) -> dict[str, ScheduledTask]:
+        """Return the task rows of *names*; none, with a note, when the database cannot say."""
+        try:
+            manager = ScheduledTask.objects.using(get_settings().database)
+            return {row.name: row for row in manager.filter(name__in=names)}
+        except DatabaseError as exc:
+            self.stderr.write(
+                f"Showing the times the code gives, not the database's: "
+                f"{describe_database_error(exc)}."
+            )
+            return {}
 
     def _print_tasks(self, service: SchedulerService) -> None:
         times = service.next_fire_times()
@@ -120,10 +152,17 @@ class Command(BaseCommand):
             )
 
 
-def _fresh():
-    from ...triggers import TriggerState
+def _state(row: ScheduledTask) -> TriggerState:
+    return TriggerState(row.anchor, row.last_fire_time, row.last_finished_at)
 
-    return TriggerState()
+
+def _row_state(row: ScheduledTask, computed: datetime | None) -> str:
+    """Say when the task of *row* fires next: the time a scheduler stored, else the time its
+    state gives; that it is done, for a one-shot that fired; that it is paused."""
+    if row.next_fire_time is None and computed is None and row.last_fire_time is not None:
+        return f"done: fired at {_local(row.last_fire_time)}"
+    when = f"next {_local(row.next_fire_time or computed)}"
+    return f"paused, {when}" if row.paused else when
 
 
 def _local(moment: Any) -> str:

@@ -1,18 +1,21 @@
 """``manage.py scheduling_status``: list the overdue tasks; exit with status 1 if there are any.
 
 Made for health checks and monitoring: status 0 means every task fired on time (or is paused,
-removed or done), status 1 that at least one task is late, status 2 a wrong option.
+removed or done), status 1 that at least one task is late or that a mistake in the tasks or
+settings stops the scheduler (what ``manage.py check`` reports), status 2 a wrong option.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from ...checks import describe, scheduler_errors
 from ...conf import get_settings
 from ...durations import format_duration, parse_duration
 from ...models import ScheduledTask
@@ -23,7 +26,8 @@ class Command(BaseCommand):
     help = (
         "List the overdue scheduled tasks and exit with status 1 if there are any, 0 otherwise. "
         "A task is overdue when its next fire time is more than SCHEDULING['OVERDUE_AFTER'] "
-        "in the past and no run has started for it."
+        "in the past and no run has started for it. Mistakes in the tasks or settings that stop "
+        "the scheduler also exit with status 1."
     )
     requires_system_checks: list[str] = []
 
@@ -31,23 +35,28 @@ class Command(BaseCommand):
         parser.add_argument(
             "--overdue-after",
             metavar="DURATION",
-            help='How late a task may be before it counts as overdue, e.g. "5m" or "PT10M" '
-            "(default: SCHEDULING['OVERDUE_AFTER']).",
+            help='How late a task may be before it counts as overdue: seconds ("90"), "5m" or '
+            "\"PT10M\" (default: SCHEDULING['OVERDUE_AFTER']).",
         )
         parser.add_argument(
             "--json", action="store_true", help="Print the result as one JSON object."
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        errors = scheduler_errors()
+        if errors:
+            if options["json"]:
+                problems = [{"id": error.id, "message": error.msg} for error in errors]
+                self.stdout.write(json.dumps({"ok": False, "problems": problems}))
+            raise CommandError(
+                "The scheduler cannot start; fix these first (manage.py check shows them "
+                "too):\n" + describe(errors),
+                returncode=1,
+            )
         conf = get_settings()
         overdue_after = conf.overdue_after
         if options["overdue_after"] is not None:
-            try:
-                overdue_after = parse_duration(
-                    options["overdue_after"], name="--overdue-after", allow_zero=False
-                )
-            except ValueError as exc:
-                raise CommandError(str(exc), returncode=2) from None
+            overdue_after = _overdue_after(options["overdue_after"])
         now = timezone.now()
         tasks = list(overdue_tasks(now=now, overdue_after=overdue_after, using=conf.database))
         if options["json"]:
@@ -65,6 +74,21 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{len(tasks)} overdue task(s) (late by more than {limit})", returncode=1
             )
+
+
+def _overdue_after(text: str) -> timedelta:
+    """Read the option's value: a duration, or on the command line also a bare number of
+    seconds."""
+    value: str | float = text
+    if re.fullmatch(r"\s*-?\d+(\.\d+)?\s*", text):
+        value = float(text)
+    try:
+        delta = parse_duration(value, name="--overdue-after", allow_zero=False)
+    except ValueError as exc:
+        # Quote the value as it was typed, not as the number it was read as.
+        message = str(exc).replace(f"got {value!r}", f"got {text!r}")
+        raise CommandError(message, returncode=2) from None
+    return delta
 
 
 def _as_json(
