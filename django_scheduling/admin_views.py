@@ -11,7 +11,6 @@ import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
-from django.apps import apps
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.auth import get_permission_codename
@@ -31,6 +30,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_POST
 
+from .checks import scheduler_errors
 from .conf import SchedulingSettings, get_settings
 from .durations import format_duration
 from .formats import format_time
@@ -74,23 +74,17 @@ def admin_settings() -> SchedulingSettings:
 
 
 def configuration_errors(request: HttpRequest | None = None) -> list[checks.CheckMessage]:
-    """Return the errors of the app's system checks; while there are any, the scheduler does
-    not start.
+    """Return the mistakes that keep the scheduler from starting (the app's system check
+    errors), once per *request*: the result is kept on it.
 
-    Only the app's own checks run (tag ``django_scheduling``), and once per *request*: the
-    result is kept on it.
+    They come from ``checks.scheduler_errors()``, not from ``run_checks()``: under runserver
+    the checks report them as warnings so that the site serves, and the banner must still
+    show them.
     """
     cached = getattr(request, "_scheduling_configuration_errors", None)
     if cached is not None:
         return cached
-    found = checks.run_checks(
-        app_configs=[apps.get_app_config("django_scheduling")], tags=["django_scheduling"]
-    )
-    errors = [
-        message
-        for message in found
-        if message.is_serious() and (message.id or "").startswith("django_scheduling.")
-    ]
+    errors: list[checks.CheckMessage] = list(scheduler_errors())
     if request is not None:
         request._scheduling_configuration_errors = errors
     return errors

@@ -433,6 +433,17 @@ class ConfigurationErrorBannerTests(AdminTestCase):
                 self.assertContains(response, f"nightly {ESCAPED_SCRIPT}")
                 self.assertNotContains(response, SCRIPT)
 
+    def test_banner_under_runserver_where_the_checks_only_warn(self):
+        tasks = TaskRegistry()
+        tasks.add(job, cron="0 0 25 * * *", name="nightly")
+        self.use_tasks(tasks)
+        # runserver serves in spite of the mistake, so its checks say it as a warning; the
+        # scheduler does not run all the same, and the banner says so.
+        with mock.patch("sys.argv", ["manage.py", "runserver"]):
+            response = self.client.get(TASKS_URL)
+        self.assertContains(response, 'id="ds-configuration-errors"', count=1)
+        self.assertContains(response, "django_scheduling.E001")
+
     def test_a_setting_error_is_shown_too(self):
         self.use_tasks(TaskRegistry())
 
