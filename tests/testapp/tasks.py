@@ -44,3 +44,43 @@ if os.environ.get("TESTAPP_TASKS"):
     @scheduled(fixed_rate="1h", name="stubborn", lock_at_most_for="3s")
     def stubborn():
         record("stubborn", SLOW, stop_early=False)
+
+
+# Tasks of tests/test_reliability_processes.py, each declared only when TESTAPP_RELIABILITY
+# names it (a comma-separated list), so that a process runs only the task its test watches.
+RELIABILITY = set(filter(None, os.environ.get("TESTAPP_RELIABILITY", "").split(",")))
+
+if "frozen" in RELIABILITY:
+
+    @scheduled(fixed_delay="1s", name="frozen", lock_at_most_for="2s")
+    def frozen():
+        record("frozen", 3)
+
+
+if "back_to_back" in RELIABILITY:
+    # Each run lasts as long as the period: the holder takes the lock again as soon as it
+    # releases it, and holds it nearly all the time.
+    @scheduled(fixed_rate="1s", name="back_to_back", lock_at_most_for="2s")
+    def back_to_back():
+        record("back_to_back", 1)
+
+
+if "recovered" in RELIABILITY:
+
+    @scheduled(fixed_rate="1h", name="recovered", lock_at_most_for="2s", recover=True)
+    def recovered():
+        record("recovered", 30)
+
+
+if "not_recovered" in RELIABILITY:
+
+    @scheduled(fixed_rate="1h", name="not_recovered", lock_at_most_for="2s")
+    def not_recovered():
+        record("not_recovered", 30)
+
+
+if "dev_server" in RELIABILITY:
+    # A task as most are written: it does not look at shutdown_requested().
+    @scheduled(fixed_delay="1s", name="dev_server", lock_at_most_for="10m")
+    def dev_server():
+        record("dev_server", 3, stop_early=False)
