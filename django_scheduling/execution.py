@@ -427,14 +427,15 @@ class TaskRunner:
 
     def _lock_lost(self, spec: TaskSpec, run_id: int | None, fire_time: datetime | None) -> None:
         """Report a run whose lock expired or was taken over while it ran: flag it, name the
-        newer run, and send ``lock_lost``."""
+        newer run, and send ``lock_lost``, once: the fenced end of the run and the release of
+        its lock can both find the loss."""
         other: int | None = None
         try:
+            if run_id is not None and not history.flag_lock_lost(using=self.using, run_id=run_id):
+                return  # reported already
             row = state.read_row(spec.name, using=self.using)
             if row is not None and row.last_run_id != run_id:
                 other = row.last_run_id
-            if run_id is not None:
-                history.flag_lock_lost(using=self.using, run_id=run_id)
         except DatabaseError:
             if run_id is not None:
                 flag = lambda: history.flag_lock_lost(using=self.using, run_id=run_id)  # noqa: E731

@@ -113,9 +113,11 @@ def mark_interrupted(*, using: str, run_ids: list[int], now: datetime) -> None:
         )
 
 
-def flag_lock_lost(*, using: str, run_id: int) -> None:
-    """Flag a run whose lock expired or was taken over while it ran."""
-    TaskRun.objects.using(using).filter(pk=run_id).update(lock_lost=True)
+def flag_lock_lost(*, using: str, run_id: int) -> bool:
+    """Flag a run whose lock expired or was taken over while it ran; return False when it
+    was flagged already."""
+    runs = TaskRun.objects.using(using).filter(pk=run_id, lock_lost=False)
+    return runs.update(lock_lost=True) == 1
 
 
 def mark_lost_runs(*, now: datetime, using: str) -> list[tuple[int, str, int | None]]:
