@@ -105,6 +105,14 @@ class ScheduledDecoratorTests(SimpleTestCase):
         scheduled(fixed_rate="5s", lock=False, lock_at_most_for="1m", name="a")(job)
         self.assert_one_error("django_scheduling.E003", "need lock=True")
 
+    def test_recover_without_lock_is_reported(self):
+        scheduled(fixed_rate="5s", lock=False, recover=True, name="a")(job)
+        self.assert_one_error("django_scheduling.E003", "recover=True needs lock=True")
+
+    def test_recover_must_be_a_boolean(self):
+        scheduled(fixed_rate="5s", recover="yes", name="a")(job)
+        self.assert_one_error("django_scheduling.E003", "recover='yes' must be True or False")
+
     def test_duplicate_names_are_reported(self):
         scheduled(fixed_rate="5s", name="same")(job)
         scheduled(fixed_rate="5s", name="same")(async_job)
