@@ -44,3 +44,6 @@ if os.environ.get("TESTAPP_TASKS"):
     @scheduled(fixed_rate="1h", name="stubborn", lock_at_most_for="3s")
     def stubborn():
         record("stubborn", SLOW, stop_early=False)
+
+
+from . import redeploy_tasks  # noqa: E402, F401  (its tasks are declared under TESTAPP_REDEPLOY=1)
