@@ -221,6 +221,34 @@ class RedeployTests(TransactionTestCase):
         described = make_trigger(cron="*/3 * * * * *", default_zone=UTC).describe()
         self.assertEqual(ScheduledTask.objects.get(name="redeploy_colour").trigger, described)
 
+    def test_a_run_under_way_when_a_newer_deployment_changes_the_trigger_keeps_its_lock(self):
+        """The newer deployment resets the task's row while the older one runs it: the run
+        ends normally. Its lock was never lost, and nothing may say so."""
+        blue = self.scheduler("redeploy_delay", TESTAPP_DELAY="1s")
+        running = poll(
+            lambda: Execution.objects.filter(task="redeploy_delay").first(),
+            timeout=20,
+            message="redeploy_delay did not start",
+        )
+        green = self.scheduler("redeploy_delay", TESTAPP_DELAY="2s")
+        self.assertIsNone(
+            Execution.objects.get(pk=running.pk).finished,
+            "the run ended before the second deployment was up; the test needs it longer",
+        )
+        poll(
+            lambda: Execution.objects.filter(task="redeploy_delay", pid=green.popen.pid).exists(),
+            timeout=20,
+            message="the newer deployment did not run the task",
+        )
+        self.stop(blue, green)
+        self.assertNotIn("lost its lock", blue.output)
+        run = TaskRun.objects.get(task_name="redeploy_delay", scheduled_at=running.fire_time)
+        self.assertEqual(run.status, RunStatus.SUCCEEDED)
+        self.assertFalse(run.lock_lost)
+        self.assertFalse(
+            TaskRun.objects.filter(task_name="redeploy_delay", lock_lost=True).exists()
+        )
+
     def test_a_run_now_request_waits_for_the_lock_and_runs_once(self):
         processes = [launch("long_hourly", TESTAPP_LONG_SECONDS="6") for _ in range(2)]
         for process in processes:

@@ -60,6 +60,12 @@ if os.environ.get("TESTAPP_REDEPLOY"):
         def redeploy_colour() -> None:
             _record("redeploy_colour")
 
+    if delay := env.get("TESTAPP_DELAY"):
+
+        @scheduled(fixed_delay=delay, name="redeploy_delay")
+        def redeploy_delay() -> None:
+            _record("redeploy_delay", 3.0)
+
     @scheduled(fixed_rate="2s", lock=False, name="unlocked_every_2s")
     def unlocked_every_2s() -> None:
         _record("unlocked_every_2s")
