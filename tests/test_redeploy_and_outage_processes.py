@@ -10,6 +10,7 @@ scheduler's own rows.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shutil
@@ -220,6 +221,31 @@ class RedeployTests(TransactionTestCase):
         self.assertIn("another deployment declared a different trigger", blue.output)
         described = make_trigger(cron="*/3 * * * * *", default_zone=UTC).describe()
         self.assertEqual(ScheduledTask.objects.get(name="redeploy_colour").trigger, described)
+
+    def test_blue_green_the_older_deployment_leaves_the_lock_to_the_newer_one(self):
+        """With lock_at_least_for, every lock taken holds the task that long. The older
+        deployment, which skips each of its firings now, must not take the lock to do so:
+        the newer deployment's fire times would come late, or be missed."""
+        least = {"SCHEDULING_EXTRA": '{"LOCK_AT_LEAST_FOR": "2s"}'}
+        blue = self.scheduler("redeploy_colour", TESTAPP_COLOUR_CRON="* * * * * *", **least)
+        poll(lambda: Execution.objects.filter(task="redeploy_colour").exists(), timeout=30)
+        green = self.scheduler("redeploy_colour", TESTAPP_COLOUR_CRON="*/3 * * * * *", **least)
+        green_started = datetime.now(UTC)
+        poll(
+            lambda: Execution.objects.filter(
+                task="redeploy_colour", fire_time__gte=green_started + timedelta(seconds=13)
+            ).exists(),
+            timeout=40,
+            message="the newer deployment did not run the task",
+        )
+        self.stop(blue, green)
+        times = list(
+            Execution.objects.filter(task="redeploy_colour", fire_time__gt=green_started)
+            .order_by("fire_time")
+            .values_list("fire_time", flat=True)
+        )
+        steps = {later - earlier for earlier, later in itertools.pairwise(times)}
+        self.assertEqual(steps, {timedelta(seconds=3)}, f"fire times missed: {times}")
 
     def test_a_run_under_way_when_a_newer_deployment_changes_the_trigger_keeps_its_lock(self):
         """The newer deployment resets the task's row while the older one runs it: the run
