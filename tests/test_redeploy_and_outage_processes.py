@@ -468,7 +468,7 @@ class OutageTests(SimpleTestCase):
 
     @pytest.mark.vendor("mysql")
     def test_schedulers_resume_as_soon_as_the_database_answers_again(self):
-        tasks = ("every_second_rate", "every_second_cron")
+        tasks = ("every_second_rate", "every_second_cron", "every_second_delay")
         processes = [self.scheduler(*tasks) for _ in range(2)]
         for process in processes:
             process.wait_for("Scheduler running")
