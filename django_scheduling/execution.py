@@ -198,6 +198,9 @@ class TaskRunner:
         if isinstance(firing, datetime) and spec.recheck is not None:
             if self._claimed_since(spec):
                 return self._next(spec)
+        if isinstance(firing, datetime) and spec.warned_trigger == spec.described:
+            if self._still_replaced(spec):
+                return self._skipped_firing(spec, firing, TRIGGER_CHANGED, assume_ran=True)
         lock = self.provider.lock(spec.lock_config)
         if lock is None:
             return self._locked_elsewhere(spec, firing)
@@ -241,6 +244,17 @@ class TaskRunner:
         spec.recheck = None
         self._count_skip(spec, claimed, "already run")
         return True
+
+    def _still_replaced(self, spec: TaskSpec) -> bool:
+        """Return whether the row still holds the newer deployment's trigger (one read,
+        without the lock): an older deployment that skips each firing must not hold the lock,
+        for ``lock_at_least_for``, when the newer one needs it."""
+        row = state.read_row(spec.name, using=self.using)
+        self._database_answered(spec)
+        if row is not None and row.trigger and row.trigger != spec.described:
+            return True
+        spec.warned_trigger = None  # this trigger is the row's again
+        return False
 
     def _execute(
         self, spec: TaskSpec, decision: Run, row: state.TaskRow | None, held: KeptAliveLock | None
@@ -409,7 +423,7 @@ class TaskRunner:
                 next_fire_time=next_time,
                 run_id=None if claimed else run_id,
             ):
-                if locked and claimed:
+                if locked and claimed and not self._trigger_replaced(spec):
                     # A newer claim: this run lost its lock to another instance meanwhile.
                     self._lock_lost(spec, run_id, seen)
 
@@ -424,6 +438,22 @@ class TaskRunner:
                 exc,
             )
             self.outbox.add(f"the end of run {run_id} of {spec.name}", write)
+
+    def _trigger_replaced(self, spec: TaskSpec) -> bool:
+        """Return whether a newer deployment has synced another trigger into the task's row.
+
+        That sync resets the row's fire-time state, which fences out the end of a run under
+        way here although the run kept its lock (the unlock tells whether it did).
+        """
+        row = state.read_row(spec.name, using=self.using)
+        if row is None or row.trigger == spec.described:
+            return False
+        logger.info(
+            "The end of %s's run is not stored in its row: another deployment has changed the "
+            "task's trigger since it started",
+            spec.name,
+        )
+        return True
 
     def _lock_lost(self, spec: TaskSpec, run_id: int | None, fire_time: datetime | None) -> None:
         """Report a run whose lock expired or was taken over while it ran: flag it, name the

@@ -84,3 +84,6 @@ if "dev_server" in RELIABILITY:
     @scheduled(fixed_delay="1s", name="dev_server", lock_at_most_for="10m")
     def dev_server():
         record("dev_server", 3, stop_early=False)
+
+
+from . import redeploy_tasks  # noqa: E402, F401  (its tasks are declared under TESTAPP_REDEPLOY=1)
