@@ -74,7 +74,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             checks.Error(
                 f"The database {conf.database!r} is {connections[conf.database].vendor}, which "
                 "django_scheduling does not support.",
-                hint="Use MySQL/MariaDB or SQLite, or point SCHEDULING['DATABASE'] at one.",
+                hint="Use MySQL/MariaDB, PostgreSQL or SQLite, or point SCHEDULING['DATABASE'] "
+                "at one.",
                 id="django_scheduling.E005",
             )
         )

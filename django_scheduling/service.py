@@ -70,7 +70,7 @@ class SchedulerService:
         vendor = connections[self.conf.database].vendor
         if vendor not in SUPPORTED_VENDORS:
             raise ImproperlyConfigured(
-                f"django_scheduling supports MySQL/MariaDB and SQLite, not {vendor}; "
+                f"django_scheduling supports MySQL/MariaDB, PostgreSQL and SQLite, not {vendor}; "
                 "set SCHEDULING['DATABASE'] to an alias of a supported database"
             )
 

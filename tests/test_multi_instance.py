@@ -23,26 +23,13 @@ from django.test import TransactionTestCase
 
 from django_scheduling.models import RunStatus, TaskLock, TaskRun
 
-from .processes import ROOT, Process, manage, poll, process_env
+from .processes import ROOT, Process, manage, poll, process_env, skewed
 from .testapp.models import Execution
 
 pytestmark = pytest.mark.processes
 
-FAKETIME = next(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"), None)
 SECOND = timedelta(seconds=1)
 EVERY_SECOND = ["every_second_cron", "every_second_rate", "every_second_delay"]
-
-
-def skewed(offset: str) -> dict[str, str]:
-    """Environment that shifts a process's wall clock by *offset* seconds ("+1.5", "-1")."""
-    if FAKETIME is None:
-        raise AssertionError("libfaketime is missing: apt-get install faketime")
-    return {
-        "LD_PRELOAD": str(FAKETIME),
-        "FAKETIME": offset,
-        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-        "FAKETIME_NO_CACHE": "1",
-    }
 
 
 def fire_times(task: str) -> list[datetime]:

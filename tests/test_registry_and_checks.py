@@ -187,13 +187,11 @@ class SettingsTests(SimpleTestCase):
 
         from django_scheduling.service import SchedulerService
 
-        with mock.patch.object(connections["default"], "vendor", "postgresql"):
+        with mock.patch.object(connections["default"], "vendor", "oracle"):
             messages = scheduling_checks.check_settings()
             self.assertEqual([m.id for m in messages], ["django_scheduling.E005"])
-            self.assertIn(
-                "is postgresql, which django_scheduling does not support", messages[0].msg
-            )
-            with self.assertRaisesMessage(ImproperlyConfigured, "not postgresql"):
+            self.assertIn("is oracle, which django_scheduling does not support", messages[0].msg)
+            with self.assertRaisesMessage(ImproperlyConfigured, "not oracle"):
                 SchedulerService([], tasks=TaskRegistry()).check()
 
     def test_the_project_passes_its_checks(self):
