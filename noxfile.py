@@ -44,21 +44,21 @@ SECONDARY = {("6.1", "sqlite"): "postgresql", ("6.1", "postgresql"): "mysql"}
 
 
 @nox.session(python="3.13", name="tests-6.1")
-@nox.parametrize("database", EVERY_DATABASE)
+@nox.parametrize("database", EVERY_DATABASE, ids=EVERY_DATABASE)
 def tests_django_61(session: nox.Session, database: str) -> None:
     """Django 6.1, the whole suite."""
     run_suite(session, "6.1", database)
 
 
 @nox.session(python="3.11", name="tests-5.2")
-@nox.parametrize("database", ["sqlite", "mysql"])
+@nox.parametrize("database", ["sqlite", "mysql"], ids=["sqlite", "mysql"])
 def tests_django_52(session: nox.Session, database: str) -> None:
     """Django 5.2 LTS, the whole suite."""
     run_suite(session, "5.2", database)
 
 
 @nox.session(python="3.12", name="tests-6.0")
-@nox.parametrize("database", EVERY_DATABASE)
+@nox.parametrize("database", EVERY_DATABASE, ids=EVERY_DATABASE)
 def tests_django_60(session: nox.Session, database: str) -> None:
     """Django 6.0, the database paths."""
     run_suite(session, "6.0", database, *SUBSET)
