@@ -33,7 +33,7 @@ SUBSET = [
     "tests/test_locking_contract.py",
     "tests/test_history.py",
     "tests/test_execution.py",
-    "tests/test_database_alias.py",
+    "tests/test_migrations.py",
 ]
 SERVERS = {
     "mysql": ("TEST_MYSQL_URL", "scripts/mariadb-test-server"),

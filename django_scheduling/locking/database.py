@@ -97,8 +97,13 @@ class _Sql:
         if not self.db_time:
             return "%s", [self.value(self.client_now + (plus or timedelta(0)))]
         if self.vendor == "postgresql":
-            # now() is the start of the transaction, which here is this one statement: one
-            # instant for every use in the statement, as UTC_TIMESTAMP(6) on MySQL.
+            # now(), not clock_timestamp(): now() is the start of the transaction, and each
+            # lock statement is a transaction of its own, so it is when the statement started:
+            # one instant for locked_at, lock_until and the expiry test, as UTC_TIMESTAMP(6) on
+            # MySQL. clock_timestamp() moves while the statement runs, so the stored times and
+            # the comparison would disagree. A statement that waited for a row lock (at most
+            # lock_wait_timeout) compares with its start: a lock looks held a little longer,
+            # never free too early.
             return ("now()", []) if plus is None else ("now() + %s", [plus])
         if plus is None:
             return "UTC_TIMESTAMP(6)", []
