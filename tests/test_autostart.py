@@ -200,7 +200,11 @@ class AutostartProcessTests(TransactionTestCase):
     def check_gunicorn(self, *options: str) -> None:
         proc = self.gunicorn(*options)
         try:
-            poll(lambda: proc.count(AUTOSTARTED) >= 2, timeout=30)
+            # Each worker logs "Booting worker" after its scheduler autostarted: wait for both.
+            poll(
+                lambda: proc.count(AUTOSTARTED) >= 2 and proc.count("Booting worker") >= 2,
+                timeout=30,
+            )
         except AssertionError:
             self.fail(f"two workers did not autostart:\n{proc.output}")
         workers = autostarted_pids(proc)
