@@ -1,13 +1,14 @@
 """Database cost of one firing: statements and wall time per executed and per skipped firing.
 
 Runs the real firing path (``TaskRunner.run``: lock, shared state, claim, history, release)
-against MariaDB (and SQLite), and measures a bare single-row ``UPDATE`` round trip in the same
-run as the floor to compare with.
+against MariaDB, PostgreSQL and SQLite, and measures a bare single-row ``UPDATE`` round trip in
+the same run as the floor to compare with. Commits are durable on both servers.
 
     python benchmarks/bench_firing.py [--iterations N] [--output benchmarks/results/firing.md]
 
-MariaDB: the throwaway server of ``scripts/mariadb-test-server`` (started when needed), or
-``BENCH_MYSQL_URL``.
+MariaDB and PostgreSQL: the throwaway servers of ``scripts/mariadb-test-server`` and
+``scripts/postgres-test-server`` (started when needed), or ``BENCH_MYSQL_URL`` and
+``BENCH_POSTGRES_URL``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
+WORKERS = ("mysql", "postgresql", "sqlite")
+TITLES = {
+    "mysql": "MariaDB (`innodb_flush_log_at_trx_commit = 1`)",
+    "postgresql": "PostgreSQL (`synchronous_commit = on`)",
+    "sqlite": "SQLite (file, rollback journal)",
+}
 
 
 def setup_django(url: str) -> None:
@@ -35,6 +42,11 @@ def setup_django(url: str) -> None:
 
     django.setup()
     from django.core.management import call_command
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        # The test server trades durability for speed; measure with durable commits.
+        connection.settings_dict["OPTIONS"]["options"] = "-c synchronous_commit=on"
 
     call_command("migrate", verbosity=0)
 
@@ -84,6 +96,10 @@ def run(iterations: int) -> tuple[str, list[dict]]:
 
     for model in (TaskRun, ScheduledTask, TaskLock):
         model.objects.all().delete()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "on", "commits would not be durable"
     if connection.vendor != "mysql":
         return connection.vendor, measure_all(iterations)
     # The test server trades durability for speed; measure with durable commits.
@@ -182,10 +198,12 @@ def measure_all(iterations: int) -> list[dict]:
     return results
 
 
-def mysql_url() -> str:
-    if os.environ.get("BENCH_MYSQL_URL"):
-        return os.environ["BENCH_MYSQL_URL"]
-    server = ROOT / "scripts" / "mariadb-test-server"
+def server_url(variable: str, script: str) -> str:
+    """Return the URL of the database scheduling_bench on the server in *variable*, else on
+    the test server that *script* starts."""
+    if os.environ.get(variable):
+        return os.environ[variable]
+    server = ROOT / "scripts" / script
     subprocess.run([str(server), "start"], check=True)
     url = subprocess.run([str(server), "url"], check=True, capture_output=True, text=True)
     return url.stdout.strip().rsplit("/", 1)[0] + "/scheduling_bench"
@@ -195,11 +213,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "firing.md"))
-    parser.add_argument("--worker", choices=["mysql", "sqlite"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         if args.worker == "mysql":
-            url = mysql_url()
+            url = server_url("BENCH_MYSQL_URL", "mariadb-test-server")
             import MySQLdb
 
             host_part = url.split("@", 1)[1]
@@ -208,6 +226,15 @@ def main() -> None:
             db = MySQLdb.connect(host=host, port=int(port), user="scheduling", passwd="scheduling")
             db.cursor().execute(f"CREATE DATABASE IF NOT EXISTS {name} CHARACTER SET utf8mb4")
             db.close()
+        elif args.worker == "postgresql":
+            url = server_url("BENCH_POSTGRES_URL", "postgres-test-server")
+            import psycopg
+
+            server, name = url.rsplit("/", 1)
+            with psycopg.connect(f"{server}/postgres", autocommit=True) as db:
+                exists = "SELECT 1 FROM pg_database WHERE datname = %s"
+                if not db.execute(exists, [name]).fetchone():
+                    db.execute(f"CREATE DATABASE {name}")
         else:
             path = ROOT / "test-artifacts" / "bench-firing.sqlite3"
             path.parent.mkdir(exist_ok=True)
@@ -222,7 +249,7 @@ def main() -> None:
     import json
 
     tables = []
-    for worker in ("mysql", "sqlite"):
+    for worker in WORKERS:
         output = subprocess.run(
             [sys.executable, __file__, "--worker", worker, "--iterations", str(args.iterations)],
             check=True,
@@ -242,7 +269,7 @@ def main() -> None:
         "",
     ]
     for data in tables:
-        name = "MariaDB" if data["vendor"] == "mysql" else "SQLite (file, rollback journal)"
+        name = TITLES[data["vendor"]]
         floor = next(r for r in data["results"] if r["label"] == "bare single-row UPDATE")
         lines += [
             f"## {name}",

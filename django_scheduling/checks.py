@@ -120,7 +120,8 @@ def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error
             checks.Error(
                 f"The database {conf.database!r} is {connections[conf.database].vendor}, which "
                 "django_scheduling does not support.",
-                hint="Use MySQL/MariaDB or SQLite, or point SCHEDULING['DATABASE'] at one.",
+                hint="Use MySQL/MariaDB, PostgreSQL or SQLite, or point SCHEDULING['DATABASE'] "
+                "at one.",
                 id="django_scheduling.E008",
             )
         )

@@ -1,5 +1,6 @@
-"""Helpers for the lock provider tests: a fake clock, extra database aliases, the fuzz test and a
-counting worker run as a separate process (``python -m tests.locking_helpers NAME N``)."""
+"""Helpers for the lock provider tests: a fake clock, extra database aliases, the fuzz test, and
+two programs run as separate processes: a counting worker (``python -m tests.locking_helpers
+NAME N``) and a one-lock client (``python -m tests.locking_helpers locked_at LOCK``)."""
 
 from __future__ import annotations
 
@@ -151,5 +152,22 @@ def main(database_name: str, iterations: int) -> None:
     print(refused, flush=True)
 
 
+def print_locked_at(name: str) -> None:
+    """Take the lock *name* on the database of ``DATABASE_URL`` for a minute and print its
+    ``locked_at``."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    django.setup()
+    from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
+
+    lock = DatabaseLockProvider(owner="locked-at").lock(LockConfiguration(name, "1m"))
+    assert lock is not None, f"{name!r} is held"
+    print(datetime.now(UTC).isoformat(), lock.locked_at.isoformat(), flush=True)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    if sys.argv[1] == "locked_at":
+        print_locked_at(sys.argv[2])
+    else:
+        main(sys.argv[1], int(sys.argv[2]))

@@ -10,20 +10,35 @@ import threading
 import time
 from pathlib import Path
 
-from django.db import connection
+from django.db import connections
 
 ROOT = Path(__file__).resolve().parent.parent
+FAKETIME = next(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"), None)
 
 
-def database_url() -> str:
+def database_url(alias: str = "default") -> str:
     """Return a DATABASE_URL that points at the database the tests use right now."""
-    settings = connection.settings_dict
-    if connection.vendor == "sqlite":
+    conn = connections[alias]
+    settings = conn.settings_dict
+    if conn.vendor == "sqlite":
         return f"sqlite:///{settings['NAME']}"
+    scheme = "postgres" if conn.vendor == "postgresql" else "mysql"
     return (
-        f"mysql://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST']}:"
+        f"{scheme}://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST']}:"
         f"{settings['PORT']}/{settings['NAME']}"
     )
+
+
+def skewed(offset: str) -> dict[str, str]:
+    """Environment that shifts a process's wall clock by *offset* seconds ("+1.5", "-1")."""
+    if FAKETIME is None:
+        raise AssertionError("libfaketime is missing: apt-get install faketime")
+    return {
+        "LD_PRELOAD": str(FAKETIME),
+        "FAKETIME": offset,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_NO_CACHE": "1",
+    }
 
 
 def process_env(**extra: str) -> dict[str, str]:
@@ -137,4 +152,4 @@ def poll(predicate, timeout: float = 60.0, interval: float = 0.1, message: str =
         time.sleep(interval)
 
 
-__all__ = ["Process", "database_url", "manage", "poll", "process_env"]
+__all__ = ["Process", "database_url", "manage", "poll", "process_env", "skewed"]

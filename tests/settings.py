@@ -1,7 +1,8 @@
 """Settings for the test suite.
 
-``DATABASE_URL`` picks the database (default: SQLite). ``scripts/test`` runs the suite once on
-SQLite and once on MariaDB.
+``DATABASE_URL`` picks the database (default: SQLite); ``SECONDARY_DATABASE_URL``, when set, adds
+the alias ``secondary`` and ``SCHEDULING_DATABASE`` may point the app at it. ``scripts/test``
+runs the suite through nox on SQLite, MariaDB and PostgreSQL.
 """
 
 import os
@@ -56,26 +57,41 @@ TEMPLATES = [
     }
 ]
 
-_sqlite_file = ARTIFACTS / f"test-{os.getpid()}.sqlite3"
-DATABASES = {"default": env.db("DATABASE_URL", default="sqlite://:memory:")}
-DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # A file, not memory, so that runscheduler processes started by the tests share it.
-    DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_SQLITE_NAME", str(_sqlite_file))}
-    DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
-else:
-    DATABASES["default"].setdefault("OPTIONS", {})["charset"] = "utf8mb4"
-    DATABASES["default"]["TEST"] = {
-        "NAME": os.environ.get("TEST_MYSQL_NAME", f"test_scheduling_{os.getpid()}"),
-        "CHARSET": "utf8mb4",
-        "COLLATION": "utf8mb4_unicode_ci",
-    }
+
+def _database(url_variable: str, name: str) -> dict:
+    """Return the settings of the database in *url_variable*; its test database is *name*."""
+    database = env.db(url_variable, default="sqlite://:memory:")
+    database["CONN_HEALTH_CHECKS"] = True
+    engine = database["ENGINE"].rsplit(".", 1)[-1]
+    if engine == "sqlite3":
+        # A file, not memory, so that runscheduler processes started by the tests share it.
+        database["TEST"] = {"NAME": str(ARTIFACTS / f"{name}.sqlite3")}
+        database["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
+    elif engine == "mysql":
+        database.setdefault("OPTIONS", {})["charset"] = "utf8mb4"
+        database["TEST"] = {
+            "NAME": name,
+            "CHARSET": "utf8mb4",
+            "COLLATION": "utf8mb4_unicode_ci",
+        }
+    else:
+        database["TEST"] = {"NAME": name}
+    return database
+
+
+DATABASES = {"default": _database("DATABASE_URL", f"test_scheduling_{os.getpid()}")}
+if os.environ.get("SECONDARY_DATABASE_URL"):
+    # A second database, for SCHEDULING["DATABASE"] = "secondary" while "default" is another.
+    DATABASES["secondary"] = _database(
+        "SECONDARY_DATABASE_URL", f"test_scheduling_secondary_{os.getpid()}"
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 SCHEDULING = {
     # Only the tests that start server processes turn autostart on, through the environment.
     "AUTOSTART": env.bool("SCHEDULING_AUTOSTART", default=False),
     "SHUTDOWN_TIMEOUT": env("SCHEDULING_SHUTDOWN_TIMEOUT", default="30s"),
+    "DATABASE": env("SCHEDULING_DATABASE", default="default"),
     # More keys for the processes a test starts, as JSON: '{"HOUSEKEEPING_INTERVAL": "2s"}'.
     **env.json("SCHEDULING_EXTRA", default={}),
 }

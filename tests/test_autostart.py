@@ -202,6 +202,7 @@ class AutostartProcessTests(TransactionTestCase):
         proc = self.gunicorn(*options)
         # With --preload a worker autostarts right after the fork, before it logs "Booting".
         try:
+            # Each worker logs "Booting worker" after its scheduler autostarted: wait for both.
             poll(
                 lambda: proc.count(AUTOSTARTED) >= 2 and proc.count("Booting worker") >= 2,
                 timeout=30,

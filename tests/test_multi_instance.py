@@ -1,8 +1,9 @@
 """Several real ``runscheduler`` processes on one database: each firing runs exactly once.
 
 The tasks (tests/testapp/tasks.py) write a row per call with the fire time they serve, so the
-checks below look at what the tasks saw, not at the scheduler's own bookkeeping. On MariaDB two
-of the three instances run with their clocks skewed by libfaketime.
+checks below look at what the tasks saw, not at the scheduler's own bookkeeping. On MariaDB and
+PostgreSQL two of the three instances run with their clocks skewed by libfaketime: the locks use
+the server's clock.
 """
 
 from __future__ import annotations
@@ -23,26 +24,13 @@ from django.test import TransactionTestCase
 
 from django_scheduling.models import RunStatus, TaskLock, TaskRun
 
-from .processes import ROOT, Process, manage, poll, process_env
+from .processes import ROOT, Process, manage, poll, process_env, skewed
 from .testapp.models import Execution
 
 pytestmark = pytest.mark.processes
 
-FAKETIME = next(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"), None)
 SECOND = timedelta(seconds=1)
 EVERY_SECOND = ["every_second_cron", "every_second_rate", "every_second_delay"]
-
-
-def skewed(offset: str) -> dict[str, str]:
-    """Environment that shifts a process's wall clock by *offset* seconds ("+1.5", "-1")."""
-    if FAKETIME is None:
-        raise AssertionError("libfaketime is missing: apt-get install faketime")
-    return {
-        "LD_PRELOAD": str(FAKETIME),
-        "FAKETIME": offset,
-        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-        "FAKETIME_NO_CACHE": "1",
-    }
 
 
 def fire_times(task: str) -> list[datetime]:
@@ -78,7 +66,7 @@ class MultiInstanceTests(TransactionTestCase):
         self.assertEqual(set(steps), {SECOND}, f"{task} missed or added fire times: {times}")
 
     def test_each_firing_runs_on_exactly_one_instance(self):
-        skews = ("+1.5", "-1") if connection.vendor == "mysql" else ()
+        skews = ("+1.5", "-1") if connection.vendor != "sqlite" else ()
         processes = self.start(
             3, *[f"--task={name}" for name in EVERY_SECOND], skews=(None, *skews)
         )
@@ -135,9 +123,11 @@ class MultiInstanceTests(TransactionTestCase):
         self.assertEqual(survivor.stop(), 0, survivor.output)
 
 
-@pytest.mark.vendor("mysql")
-class DatabaseOutageTests(TransactionTestCase):
-    """Stop and restart a private MariaDB server under two running schedulers."""
+class DatabaseOutage:
+    """Stop and restart a private database server under two running schedulers."""
+
+    script: str  # the test server's script in scripts/, run with a private directory and port
+    variables: str  # the prefix of its environment variables
 
     def setUp(self):
         self.dir = Path(tempfile.mkdtemp(prefix="scheduling-outage-"))
@@ -146,40 +136,29 @@ class DatabaseOutageTests(TransactionTestCase):
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         self.server_env = dict(
-            os.environ, MARIADB_TEST_DIR=str(self.dir), MARIADB_TEST_PORT=str(self.port)
+            os.environ,
+            **{f"{self.variables}_DIR": str(self.dir), f"{self.variables}_PORT": str(self.port)},
         )
         self.server("start")
         self.addCleanup(self.server, "stop")
-        url = f"mysql://scheduling:scheduling@127.0.0.1:{self.port}/scheduling"
+        url = self.server("url")
         self.env = process_env(DATABASE_URL=url, SCHEDULING_LOG_LEVEL="INFO")
         migrate = Process([*manage_command(), "migrate", "-v0"], self.env)
         self.assertEqual(migrate.wait(120), 0, migrate.output)
 
-    def server(self, action: str) -> None:
-        subprocess.run(
-            [str(ROOT / "scripts" / "mariadb-test-server"), action],
+    def server(self, action: str) -> str:
+        done = subprocess.run(
+            [str(ROOT / "scripts" / self.script), action],
             env=self.server_env,
-            check=True,
             capture_output=True,
+            text=True,
             timeout=120,
         )
+        self.assertEqual(done.returncode, 0, f"{self.script} {action}: {done.stderr}")
+        return done.stdout.strip()
 
     def executions(self) -> list[tuple[str, datetime, int]]:
-        import MySQLdb
-
-        db = MySQLdb.connect(
-            host="127.0.0.1",
-            port=self.port,
-            user="scheduling",
-            passwd="scheduling",
-            db="scheduling",
-        )
-        try:
-            cursor = db.cursor()
-            cursor.execute("SELECT task, fire_time, pid FROM testapp_execution ORDER BY fire_time")
-            return list(cursor.fetchall())
-        finally:
-            db.close()
+        raise NotImplementedError
 
     def test_schedulers_survive_an_outage_and_resume_without_double_runs(self):
         processes = []
@@ -198,7 +177,7 @@ class DatabaseOutageTests(TransactionTestCase):
         for process in processes:
             self.assertIsNone(process.popen.poll(), "a scheduler died with the database")
         self.server("start")
-        restarted = datetime.now(UTC).replace(tzinfo=None)
+        restarted = datetime.now(UTC)
         poll(
             lambda: sum(fire > restarted for _, fire, _ in self.executions()) >= 3,
             timeout=90,
@@ -208,6 +187,37 @@ class DatabaseOutageTests(TransactionTestCase):
             self.assertEqual(process.stop(), 0, process.output)
         times = [fire for _, fire, _ in self.executions()]
         self.assertEqual([t for t, n in Counter(times).items() if n > 1], [])
+
+
+QUERY = "SELECT task, fire_time, pid FROM testapp_execution ORDER BY fire_time"
+
+
+@pytest.mark.vendor("mysql")
+class MariaDBOutageTests(DatabaseOutage, TransactionTestCase):
+    script, variables = "mariadb-test-server", "MARIADB_TEST"
+
+    def executions(self) -> list[tuple[str, datetime, int]]:
+        import MySQLdb
+
+        login = {"user": "scheduling", "passwd": "scheduling", "db": "scheduling"}
+        db = MySQLdb.connect(host="127.0.0.1", port=self.port, **login)
+        try:
+            cursor = db.cursor()
+            cursor.execute(QUERY)
+            return [(task, fire.replace(tzinfo=UTC), pid) for task, fire, pid in cursor.fetchall()]
+        finally:
+            db.close()
+
+
+@pytest.mark.vendor("postgresql")
+class PostgreSQLOutageTests(DatabaseOutage, TransactionTestCase):
+    script, variables = "postgres-test-server", "POSTGRES_TEST"
+
+    def executions(self) -> list[tuple[str, datetime, int]]:
+        import psycopg
+
+        with psycopg.connect(self.server("url")) as db:
+            return db.execute(QUERY).fetchall()
 
 
 def manage_command() -> list[str]:

@@ -267,15 +267,13 @@ class SettingsTests(SimpleTestCase):
 
         from django_scheduling.service import SchedulerService
 
-        with mock.patch.object(connections["default"], "vendor", "postgresql"):
+        with mock.patch.object(connections["default"], "vendor", "oracle"):
             messages = scheduling_checks.check_settings()
             self.assertEqual([m.id for m in messages], ["django_scheduling.E008"])
-            self.assertIn(
-                "is postgresql, which django_scheduling does not support", messages[0].msg
-            )
+            self.assertIn("is oracle, which django_scheduling does not support", messages[0].msg)
             with self.assertRaisesMessage(
                 ImproperlyConfigured,
-                "(django_scheduling.E008) The database 'default' is postgresql",
+                "(django_scheduling.E008) The database 'default' is oracle",
             ):
                 SchedulerService([], tasks=TaskRegistry()).check()
 

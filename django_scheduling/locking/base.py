@@ -72,7 +72,8 @@ class Lock:
     """A held lock: a single-use handle, spent by ``unlock()`` or ``extend()``.
 
     ``locked_at`` is when the lock was acquired and ``lock_until`` when it expires, both aware
-    UTC and by the clock of the provider (the database server's on MySQL). Providers subclass
+    UTC and by the clock of the provider (the database server's on MySQL and PostgreSQL).
+    Providers subclass
     this and implement ``_unlock()`` and ``_extend()``.
     """
 
@@ -107,15 +108,19 @@ class Lock:
                 f"lock {self.config.name!r} is no longer valid: it was already unlocked or extended"
             )
 
-    def unlock(self) -> None:
+    def unlock(self) -> bool:
         """Release the lock, but not before ``lock_at_least_for`` has passed.
 
-        Raise ``InvalidLockHandle`` if this handle was already spent, ``LockError`` (leaving the
-        handle usable) if the storage fails.
+        Return ``True`` if this handle released the lock, ``False`` if the lock was no longer
+        this handle's: it expired and was taken again (by any instance, this one included), so
+        nothing was released and the holders' runs may have overlapped; the provider logs a
+        warning. Raise ``InvalidLockHandle`` if this handle was already spent, ``LockError``
+        (leaving the handle usable) if the storage fails.
         """
         self._check_valid()
-        self._unlock()
+        released = self._unlock()
         self._valid = False
+        return released
 
     def extend(
         self, lock_at_most_for: DurationLike, lock_at_least_for: DurationLike = 0
@@ -131,7 +136,9 @@ class Lock:
         self._valid = False
         return extended
 
-    def _unlock(self) -> None:
+    def _unlock(self) -> bool:
+        """Release the lock if this handle's acquisition still holds it; return whether it
+        did."""
         raise NotImplementedError
 
     def _extend(self, config: LockConfiguration) -> Lock | None:

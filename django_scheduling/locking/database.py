@@ -1,15 +1,20 @@
 """Locks in the ``TaskLock`` table, shared by every instance that uses the same database.
 
-The only code that writes the table. As in ShedLock: an INSERT for a new name, a conditional
-UPDATE that takes a lock whose ``lock_until`` has passed, and UPDATEs that unlock or extend; the
-row count decides and rows are never deleted. "Now" is the server's ``UTC_TIMESTAMP(6)`` on
-MySQL/MariaDB, so instances with skewed clocks agree, and this process's clock on SQLite.
+The only code that writes the table. As in ShedLock: take a new or expired lock, then unlock or
+extend it with UPDATEs conditioned on the holder; the row count decides and rows are never
+deleted. "Now" is the database server's clock on MySQL/MariaDB (``UTC_TIMESTAMP(6)``) and on
+PostgreSQL (``now()``), so instances with skewed clocks agree, and this process's clock on
+SQLite. MySQL and SQLite take a lock with an INSERT for a new name and a conditional UPDATE of an
+expired row; PostgreSQL with one ``INSERT ... ON CONFLICT (name) DO UPDATE ... WHERE``.
 
 Each statement commits on its own, never in the caller's transaction: on the thread's connection
 when it is in autocommit, else on a private connection of the thread. A lock taken inside
 ``atomic()`` is thus seen at once and survives a rollback. SQLite has one writer: with
 ``transaction_mode`` IMMEDIATE or EXCLUSIVE, locking inside ``atomic()`` raises ``LockError`` at
 once; in DEFERRED mode it waits (up to the ``timeout`` option) if that transaction has written.
+On PostgreSQL a statement waits at most ``lock_wait_timeout`` for a lock row that another
+transaction has locked (an admin edit, a stuck session); then the lock counts as held elsewhere,
+and an unlock or extend raises ``LockError``.
 """
 
 from __future__ import annotations
@@ -40,28 +45,39 @@ __all__ = ["SUPPORTED_VENDORS", "DatabaseLockProvider"]
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_VENDORS = ("mysql", "sqlite")
+SUPPORTED_VENDORS = ("mysql", "postgresql", "sqlite")
 _OWNER_LENGTH = 255
 _KNOWN_NAMES_LIMIT = 1000
 _MYSQL_DISCONNECTED = {1927, 2006, 2013, 2055, 4031}  # killed, gone away, lost, idle timeout
 _MYSQL_CONFLICT = {1020, 1213}  # "record has changed", deadlock: a concurrent locker won
+_POSTGRES_CONFLICT = {"40001", "40P01"}  # serialization failure, deadlock: a concurrent locker won
+_POSTGRES_LOCK_TIMEOUT = "55P03"  # lock_not_available: another transaction holds the row
 _STRICT_MODES = {"STRICT_TRANS_TABLES", "STRICT_ALL_TABLES"}
 
 
 def _code(exc: DatabaseError) -> Any:
+    """Return the driver's error code: MySQL's number, PostgreSQL's SQLSTATE."""
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if sqlstate is not None:
+        return sqlstate
     return exc.args[0] if exc.args else None
 
 
-def _is_disconnect(exc: DatabaseError) -> bool:
+def _is_disconnect(exc: DatabaseError, conn: BaseDatabaseWrapper) -> bool:
     if isinstance(exc, InterfaceError):
         return True
+    if conn.vendor == "postgresql":
+        # psycopg marks the connection closed when the server ended it (restart, termination).
+        raw = conn.connection
+        return isinstance(exc, OperationalError) and raw is not None and bool(raw.closed)
     if isinstance(exc, OperationalError) and _code(exc) in _MYSQL_DISCONNECTED:
         return True
     return isinstance(exc, ProgrammingError) and "closed database" in str(exc)  # sqlite3
 
 
 class _Sql:
-    """The statements for one connection; "now" is SQL on MySQL and a parameter on SQLite."""
+    """The statements' pieces for one connection; "now" is SQL on MySQL and PostgreSQL and a
+    parameter on SQLite."""
 
     def __init__(self, conn: BaseDatabaseWrapper) -> None:
         q, meta = conn.ops.quote_name, TaskLock._meta
@@ -69,7 +85,8 @@ class _Sql:
         self.name, self.until, self.at, self.by = (
             q(meta.get_field(f).column) for f in ("name", "lock_until", "locked_at", "locked_by")
         )
-        self.db_time = conn.vendor == "mysql"
+        self.vendor = conn.vendor
+        self.db_time = conn.vendor in ("mysql", "postgresql")
         self.client_now = utcnow()
 
     def value(self, moment: datetime) -> Any:
@@ -79,12 +96,23 @@ class _Sql:
     def now(self, plus: timedelta | None = None) -> tuple[str, list[Any]]:
         if not self.db_time:
             return "%s", [self.value(self.client_now + (plus or timedelta(0)))]
+        if self.vendor == "postgresql":
+            # now(), not clock_timestamp(): now() is the start of the transaction, and each
+            # lock statement is a transaction of its own, so it is when the statement started:
+            # one instant for locked_at, lock_until and the expiry test, as UTC_TIMESTAMP(6) on
+            # MySQL. clock_timestamp() moves while the statement runs, so the stored times and
+            # the comparison would disagree. A statement that waited for a row lock (at most
+            # lock_wait_timeout) compares with its start: a lock looks held a little longer,
+            # never free too early.
+            return ("now()", []) if plus is None else ("now() + %s", [plus])
         if plus is None:
             return "UTC_TIMESTAMP(6)", []
         micros = plus // timedelta(microseconds=1)
         return "TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))", [micros]
 
     def later_of_now_and(self, moment: datetime) -> tuple[str, list[Any]]:
+        if self.vendor == "postgresql":
+            return "GREATEST(now(), %s::timestamptz)", [self.value(moment)]
         if self.db_time:
             return "GREATEST(UTC_TIMESTAMP(6), CAST(%s AS DATETIME(6)))", [self.value(moment)]
         return "%s", [self.value(max(self.client_now, moment))]
@@ -97,6 +125,9 @@ class DatabaseLockProvider:
     ``SCHEDULING['INSTANCE_NAME']`` (``host:pid``); both are read when a lock is taken, so
     creating a provider runs no query and a forked child uses its own pid.
     """
+
+    #: How long a statement waits on PostgreSQL for a lock row another transaction has locked.
+    lock_wait_timeout = timedelta(seconds=2)
 
     def __init__(self, using: str | None = None, owner: str | None = None) -> None:
         if owner is not None and not (0 < len(owner) <= _OWNER_LENGTH):
@@ -130,17 +161,47 @@ class DatabaseLockProvider:
         owner = self.owner
         try:
             sql = _Sql(self._connection(config.name, owner))
-            if not self._acquire(sql, config, owner):
-                logger.debug("Lock %r is held elsewhere", config.name)
-                return None
-            locked_at, lock_until = self._read_times(sql, config, owner)
+            if sql.vendor == "postgresql":
+                times = self._upsert(sql, config, owner)
+            elif self._acquire(sql, config, owner):
+                times = self._read_times(sql, config, owner)
+            else:
+                times = None
         except DatabaseError as exc:
-            if _code(exc) in _MYSQL_CONFLICT:
+            if _code(exc) in _MYSQL_CONFLICT | _POSTGRES_CONFLICT:
                 logger.warning("Lock %r lost a race with a concurrent locker: %s", config.name, exc)
                 return None
+            if _code(exc) == _POSTGRES_LOCK_TIMEOUT:
+                logger.warning(
+                    "Lock %r: its row stayed locked by another transaction for %s; "
+                    "counted as held elsewhere",
+                    config.name,
+                    self.lock_wait_timeout,
+                )
+                return None
             raise self._error("take", config.name, exc) from exc
+        if times is None:
+            logger.debug("Lock %r is held elsewhere", config.name)
+            return None
+        locked_at, lock_until = times
         logger.debug("Acquired lock %r until %s as %s", config.name, lock_until, owner)
         return _DatabaseLock(self, owner, config, locked_at=locked_at, lock_until=lock_until)
+
+    def _upsert(
+        self, sql: _Sql, config: LockConfiguration, owner: str
+    ) -> tuple[datetime, datetime] | None:
+        """Take the lock in one statement (PostgreSQL): insert the row, or take it over if it
+        has expired; return the stored (locked_at, lock_until), or ``None`` if it is held."""
+        until, until_params = sql.now(config.lock_at_most_for)
+        statement = (
+            f"INSERT INTO {sql.table} ({sql.name}, {sql.until}, {sql.at}, {sql.by}) "
+            f"VALUES (%s, {until}, now(), %s) ON CONFLICT ({sql.name}) DO UPDATE "
+            f"SET {sql.until} = EXCLUDED.{sql.until}, {sql.at} = EXCLUDED.{sql.at}, "
+            f"{sql.by} = EXCLUDED.{sql.by} WHERE {sql.table}.{sql.until} <= now() "
+            f"RETURNING {sql.at}, {sql.until}"
+        )
+        row = self._execute(sql, statement, [config.name, *until_params, owner], fetch=True)
+        return None if row is None else (row[0].astimezone(UTC), row[1].astimezone(UTC))
 
     def _acquire(self, sql: _Sql, config: LockConfiguration, owner: str) -> bool:
         if config.name in self._known:
@@ -198,7 +259,7 @@ class DatabaseLockProvider:
             return locked_at or now, now + config.lock_at_most_for
         return row[0].replace(tzinfo=UTC), row[1].replace(tzinfo=UTC)
 
-    def _unlock(self, lock: _DatabaseLock) -> None:
+    def _unlock(self, lock: _DatabaseLock) -> bool:
         name = lock.config.name
         try:
             sql = _Sql(self._connection(name, lock.owner))
@@ -207,10 +268,21 @@ class DatabaseLockProvider:
                 f"UPDATE {sql.table} SET {sql.until} = {value} "
                 f"WHERE {sql.name} = %s AND {sql.by} = %s AND {sql.at} = %s"
             )
-            self._execute(sql, statement, [*params, name, lock.owner, sql.value(lock.locked_at)])
+            params += [name, lock.owner, sql.value(lock.locked_at)]
+            released = self._execute(sql, statement, params) == 1
         except DatabaseError as exc:
             raise self._error("release", name, exc) from exc
-        logger.debug("Unlocked %r", name)
+        if released:
+            logger.debug("Unlocked %r", name)
+        else:
+            logger.warning(
+                "Lock %r was no longer held by %s (acquired at %s) when it was released: it "
+                "expired and was taken again, or its row was deleted; holders may have overlapped",
+                name,
+                lock.owner,
+                lock.locked_at,
+            )
+        return released
 
     def _extend(self, lock: _DatabaseLock, config: LockConfiguration) -> Lock | None:
         try:
@@ -223,14 +295,20 @@ class DatabaseLockProvider:
             )
             locked_at = sql.value(lock.locked_at)
             params = [*until_params, config.name, lock.owner, locked_at, *now_params]
-            if self._execute(sql, statement, params) != 1:
-                logger.debug("Could not extend lock %r: no longer held", config.name)
-                return None
-            _, lock_until = self._read_times(sql, config, lock.owner, lock.locked_at)
+            if sql.vendor == "postgresql":
+                row = self._execute(sql, f"{statement} RETURNING {sql.until}", params, fetch=True)
+                extended = None if row is None else row[0].astimezone(UTC)
+            elif self._execute(sql, statement, params) == 1:
+                _, extended = self._read_times(sql, config, lock.owner, lock.locked_at)
+            else:
+                extended = None
         except DatabaseError as exc:
             raise self._error("extend", config.name, exc) from exc
-        least_until = lock_until - config.lock_at_most_for + config.lock_at_least_for
-        times = {"locked_at": lock.locked_at, "lock_until": lock_until, "least_until": least_until}
+        if extended is None:
+            logger.debug("Could not extend lock %r: no longer held", config.name)
+            return None
+        least_until = extended - config.lock_at_most_for + config.lock_at_least_for
+        times = {"locked_at": lock.locked_at, "lock_until": extended, "least_until": least_until}
         return _DatabaseLock(self, lock.owner, config, **times)
 
     def _connection(self, name: str, owner: str) -> BaseDatabaseWrapper:
@@ -240,7 +318,7 @@ class DatabaseLockProvider:
         conn = connections[alias]
         if conn.vendor not in SUPPORTED_VENDORS:
             raise ImproperlyConfigured(
-                f"DatabaseLockProvider supports {' and '.join(SUPPORTED_VENDORS)}; the database "
+                f"DatabaseLockProvider supports {', '.join(SUPPORTED_VENDORS)}; the database "
                 f"{alias!r} is {conn.vendor}. Set SCHEDULING['DATABASE'] to a supported one."
             )
         max_name = TaskLock._meta.get_field("name").max_length
@@ -281,10 +359,12 @@ class DatabaseLockProvider:
         for attempt in (1, 2):
             try:
                 with sql.conn.cursor() as cursor:
+                    if sql.vendor == "postgresql":
+                        return self._execute_bounded(cursor, statement, params, fetch)
                     cursor.execute(statement, params)
                     return cursor.fetchone() if fetch else cursor.rowcount
             except DatabaseError as exc:
-                if attempt == 2 or not _is_disconnect(exc):
+                if attempt == 2 or not _is_disconnect(exc, sql.conn):
                     raise
                 logger.warning("Lost the connection to %r (%s); reconnecting", sql.conn.alias, exc)
                 try:
@@ -293,6 +373,23 @@ class DatabaseLockProvider:
                     pass
         raise AssertionError("unreachable")
 
+    def _execute_bounded(self, cursor: Any, statement: str, params: list[Any], fetch: bool) -> Any:
+        """Run *statement* in a transaction of its own whose waits for row locks end after
+        ``lock_wait_timeout`` (PostgreSQL: ``SET LOCAL`` needs the transaction block)."""
+        milliseconds = max(1, self.lock_wait_timeout // timedelta(milliseconds=1))
+        cursor.execute(f"BEGIN; SET LOCAL lock_timeout = {milliseconds}")
+        try:
+            cursor.execute(statement, params)
+            result = cursor.fetchone() if fetch else cursor.rowcount
+        except BaseException:
+            try:
+                cursor.execute("ROLLBACK")
+            except DatabaseError:
+                pass  # the connection is gone; the server ended the transaction with it
+            raise
+        cursor.execute("COMMIT")
+        return result
+
     def _error(self, action: str, name: str, exc: Exception) -> LockError:
         logger.warning("Could not %s lock %r on database %r: %s", action, name, self.using, exc)
         return LockError(f"Could not {action} lock {name!r} on database {self.using!r}: {exc}")
@@ -300,6 +397,8 @@ class DatabaseLockProvider:
 
 def _strict(conn: BaseDatabaseWrapper) -> bool:
     """Return whether the database refuses a value longer than its column."""
+    if conn.vendor == "postgresql":
+        return True
     return conn.vendor == "mysql" and bool(conn.sql_mode & _STRICT_MODES)
 
 
@@ -310,8 +409,8 @@ class _DatabaseLock(Lock):
         super().__init__(config, **times)
         self._provider, self.owner = provider, owner
 
-    def _unlock(self) -> None:
-        self._provider._unlock(self)
+    def _unlock(self) -> bool:
+        return self._provider._unlock(self)
 
     def _extend(self, config: LockConfiguration) -> Lock | None:
         return self._provider._extend(self, config)

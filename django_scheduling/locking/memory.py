@@ -90,11 +90,20 @@ class _MemoryLock(Lock):
         row = self._provider._rows.get(self.config.name)
         return row if row is not None and row.token is self._token else None
 
-    def _unlock(self) -> None:
+    def _unlock(self) -> bool:
         with self._provider._mutex:
             if (row := self._own_row()) is not None:
                 row.lock_until = max(self._provider.clock(), self._least_until)
                 logger.debug("Unlocked %r; free from %s", self.config.name, row.lock_until)
+                return True
+            holder = self._provider._rows[self.config.name].locked_by
+        logger.warning(
+            "Lock %r was no longer held by this handle when it was released: it expired and "
+            "was taken again by %s; holders may have overlapped",
+            self.config.name,
+            holder,
+        )
+        return False
 
     def _extend(self, config: LockConfiguration) -> Lock | None:
         with self._provider._mutex:

@@ -1,0 +1,95 @@
+"""The test matrix, run by ``scripts/test`` (``nox`` alone runs it too).
+
+Django 6.1 on Python 3.13 runs the whole suite on SQLite, MariaDB and PostgreSQL, and Django 5.2
+LTS on Python 3.11 on SQLite and MariaDB. Django 6.0 on Python 3.12 runs a subset on each of the
+three that still goes through every database path: locks, history and the firing path.
+
+    nox -l                                  # list the sessions
+    nox -s "tests-6.1(postgresql)"          # one session
+    nox -s tests-5.2 -- -k lock -x          # arguments after -- go to pytest
+
+MariaDB and PostgreSQL: ``TEST_MYSQL_URL`` and ``TEST_POSTGRES_URL`` when set, else the throwaway
+servers of ``scripts/mariadb-test-server`` and ``scripts/postgres-test-server``, started here if
+they are not running. Virtualenvs live in ``.nox/`` and are reused: a session installs again
+only when ``pyproject.toml`` changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).resolve().parent
+EVERY_DATABASE = ["sqlite", "mysql", "postgresql"]
+SUBSET = [
+    "tests/test_locking_contract.py",
+    "tests/test_history.py",
+    "tests/test_execution.py",
+    "tests/test_migrations.py",
+]
+SERVERS = {
+    "mysql": ("TEST_MYSQL_URL", "scripts/mariadb-test-server"),
+    "postgresql": ("TEST_POSTGRES_URL", "scripts/postgres-test-server"),
+}
+# A second database for the tests of SCHEDULING["DATABASE"] != "default" (tests/settings.py).
+SECONDARY = {("6.1", "sqlite"): "postgresql", ("6.1", "postgresql"): "mysql"}
+
+
+@nox.session(python="3.13", name="tests-6.1")
+@nox.parametrize("database", EVERY_DATABASE, ids=EVERY_DATABASE)
+def tests_django_61(session: nox.Session, database: str) -> None:
+    """Django 6.1, the whole suite."""
+    run_suite(session, "6.1", database)
+
+
+@nox.session(python="3.11", name="tests-5.2")
+@nox.parametrize("database", ["sqlite", "mysql"], ids=["sqlite", "mysql"])
+def tests_django_52(session: nox.Session, database: str) -> None:
+    """Django 5.2 LTS, the whole suite."""
+    run_suite(session, "5.2", database)
+
+
+@nox.session(python="3.12", name="tests-6.0")
+@nox.parametrize("database", EVERY_DATABASE, ids=EVERY_DATABASE)
+def tests_django_60(session: nox.Session, database: str) -> None:
+    """Django 6.0, the database paths."""
+    run_suite(session, "6.0", database, *SUBSET)
+
+
+def run_suite(session: nox.Session, django: str, database: str, *paths: str) -> None:
+    install(session, f"Django~={django}.0")
+    env = {"DATABASE_URL": database_url(session, database)}
+    if (secondary := SECONDARY.get((django, database))) is not None:
+        env["SECONDARY_DATABASE_URL"] = database_url(session, secondary)
+    session.run("python", "-m", "pytest", *paths, *session.posargs, env=env)
+
+
+def install(session: nox.Session, django: str) -> None:
+    """Install the project with its test extras and *django*, unless this virtualenv already
+    has them."""
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + django.encode()).hexdigest()
+    marker = Path(session.virtualenv.location) / ".installed"
+    if marker.exists() and marker.read_text() == wanted:
+        return
+    session.install("-e", ".[mysql,postgres,test]", django)
+    marker.write_text(wanted)
+
+
+def database_url(session: nox.Session, database: str) -> str:
+    """Return the DATABASE_URL of *database*, starting its test server when needed."""
+    if database == "sqlite":
+        return "sqlite://:memory:"
+    variable, script = SERVERS[database]
+    if url := os.environ.get(variable):
+        return url
+    session.run(script, "start", external=True, silent=True)
+    url = subprocess.run([script, "url"], cwd=ROOT, check=True, capture_output=True, text=True)
+    return url.stdout.strip()
