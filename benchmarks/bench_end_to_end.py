@@ -1196,10 +1196,11 @@ def write_results(
         "",
         para(
             "Django: the first word of each statement Django's cursors sent (*other*: mostly "
-            "the `SET SESSION TRANSACTION ISOLATION LEVEL` of each new MariaDB connection); "
-            "server: MariaDB's `Com_*` counters for what Django does not send through a cursor "
-            "(`COMMIT`, `SET autocommit`), and *other*: `Questions` no `Com_*` counts "
-            "(a closing connection's quit, pings)."
+            "the `SET SESSION TRANSACTION ISOLATION LEVEL` of each new MariaDB connection). "
+            "Server: MariaDB's `Com_*` counters for the statements Django's cursors do not "
+            "show (`COMMIT`, `ROLLBACK`, `BEGIN`; `SET` counts Django's `SET`s and the "
+            "driver's autocommit switches), and *other*: the `Questions` no `Com_*` counter "
+            "counts (mostly each closing connection's quit)."
         ),
         "",
         statements_table(results),
