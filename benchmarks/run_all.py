@@ -17,11 +17,13 @@ BENCHMARKS = {
     "cron": ["bench_cron.py"],
     "dispatch": ["bench_dispatch.py"],
     "firing": ["bench_firing.py"],
+    "end_to_end": ["bench_end_to_end.py"],
 }
 QUICK = {
     "cron": ["--quick"],
     "dispatch": ["--quick"],
     "firing": ["--iterations", "200"],
+    "end_to_end": ["--quick"],
 }
 
 
