@@ -132,6 +132,7 @@ class CronExpression:
         "_hours",
         "_key",
         "_masks",
+        "_masks_by_shape",
         "_minutes",
         "_months",
         "_seconds",
@@ -178,6 +179,8 @@ class CronExpression:
         self._either_day = either_day
         # Matching days per (year, month), filled lazily; races only recompute an entry.
         self._masks: dict[int, int] = {}
+        # The same per month shape (length * 7 + weekday of the 1st): at most 28 entries.
+        self._masks_by_shape: dict[int, int] = {}
         self._can_fire: bool | None = None
 
     @classmethod
@@ -366,13 +369,16 @@ class CronExpression:
         length = _DAYS_IN_MONTH[month]
         if month == 2 and year % 4 == 0 and (year % 100 != 0 or year % 400 == 0):
             length = 29
-        mask = month_day_mask(
-            *self._days_of_month,
-            *self._days_of_week,
-            length,
-            date(year, month, 1).weekday(),
-            self._either_day,
-        )
+        first_weekday = date(year, month, 1).weekday()
+        # The matching days depend only on the month's length and the weekday of its 1st, so
+        # sparse expressions that walk through centuries compute at most 28 masks.
+        shape = length * 7 + first_weekday
+        mask = self._masks_by_shape.get(shape)
+        if mask is None:
+            mask = month_day_mask(
+                *self._days_of_month, *self._days_of_week, length, first_weekday, self._either_day
+            )
+            self._masks_by_shape[shape] = mask
         if len(self._masks) >= _MASK_CACHE_SIZE:
             self._masks.clear()
         self._masks[year * 16 + month] = mask
