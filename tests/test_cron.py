@@ -332,10 +332,14 @@ def test_five_field_day_fields_combine_with_or_when_both_are_restricted() -> Non
     assert chain("0 0 13 * 5", datetime(2024, 1, 1), 4) == naive(
         "2024-01-05T00:00", "2024-01-12T00:00", "2024-01-13T00:00", "2024-01-19T00:00"
     )
-    # Thursday to Saturday, or the 17th, in July. 2026-07-09 is a Thursday and 2026-07-10 a
-    # Friday; with AND the next fire time would be Friday the 17th.
+    # Thursday to Saturday, or the 17th, in July. 2026-07-09 is a Thursday, 2026-07-10 a
+    # Friday and 2026-07-17 a Friday too.
     assert chain("0,14,26 4,17,21 17 7 4-6", datetime(2026, 7, 9, 21, 26), 4) == naive(
         "2026-07-10T04:00", "2026-07-10T04:14", "2026-07-10T04:26", "2026-07-10T17:00"
+    )
+    # The same fields with a seconds field: Spring's AND, so the 17th when it is Thu-Sat.
+    assert chain("0 0,14,26 4,17,21 17 7 4-6", datetime(2026, 7, 9, 21, 26), 1) == naive(
+        "2026-07-17T04:00"
     )
 
 
@@ -359,9 +363,12 @@ def test_five_field_day_of_week_counts_from_sunday() -> None:
         "2024-01-02T00:00", "2024-01-04T00:00", "2024-01-06T00:00", "2024-01-07T00:00"
     )
     # */3 is Sun, Wed, Sat. 2026-12-27 is a Sunday, 2026-12-30 a Wednesday, 2027-01-02 a
-    # Saturday; Spring's Monday-first */3 would fire on Monday the 28th.
+    # Saturday. Spring's six-field */3 is Mon, Thu, Sun: Monday the 28th.
     assert chain("5,13,28 10 * * */3", datetime(2026, 12, 27, 10, 28), 4) == naive(
         "2026-12-30T10:05", "2026-12-30T10:13", "2026-12-30T10:28", "2027-01-02T10:05"
+    )
+    assert chain("0 5,13,28 10 * * */3", datetime(2026, 12, 27, 10, 28), 1) == naive(
+        "2026-12-28T10:05"
     )
     # SUN is 0, so SUN/3 is 0, 3, 6 as well.
     assert CronExpression("0 0 * * SUN/3") == CronExpression("0 0 * * */3")
