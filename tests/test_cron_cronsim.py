@@ -166,7 +166,7 @@ def corpus(size: int, seed: int, *, quartz: bool = False) -> list[str]:
     lines: dict[str, None] = {}
     while len(lines) < size:
         line = _line(rng, quartz=quartz)
-        # cronsim rejects reversed ranges such as "FRI-SUN" and days no allowed month has.
+        # cronsim rejects a line whose days of the month no allowed month has ("31 nov *").
         if line not in lines and _accepted_by_cronsim(line):
             lines[line] = None
     return list(lines)
