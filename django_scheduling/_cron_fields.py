@@ -1,9 +1,11 @@
 """Parse the fields of a cron expression and compute which days of a month match.
 
-This is the parsing half of :mod:`django_scheduling.cron`, which documents the syntax. Plain fields
-become bit sets (bit *n* set means value *n* is allowed). The two day fields also keep their
-calendar-dependent tokens (``L``, ``L-n``, ``LW``, ``nW``, ``dL``, ``d#n``) as small tuples that are
-evaluated per month by :func:`month_day_mask`.
+This is the parsing half of :mod:`django_scheduling.cron`, which documents the syntax and its two
+rule sets. Plain fields become bit sets (bit *n* set means value *n* is allowed). The two day fields
+also keep their calendar-dependent tokens (``L``, ``L-n``, ``LW``, ``nW``, ``dL``, ``d#n``) as small
+tuples that are evaluated per month by :func:`month_day_mask`. The rule sets differ only in the
+day-of-week field (:data:`DAY_OF_WEEK` for Spring, :data:`CRON_DAY_OF_WEEK` for cron) and in how
+the day fields combine (the *either* argument of :func:`month_day_mask`).
 
 Errors are raised as :class:`FieldError` with a message that starts with the field name;
 ``CronExpression`` prefixes it with the whole expression.
@@ -14,6 +16,9 @@ from __future__ import annotations
 from typing import NamedTuple, TypeAlias
 
 __all__ = [
+    "ALL_DAYS_OF_MONTH",
+    "ALL_WEEKDAYS",
+    "CRON_DAY_OF_WEEK",
     "DAY_OF_MONTH",
     "DAY_OF_WEEK",
     "HOUR",
@@ -63,6 +68,10 @@ _MONTH_NAMES = {
 _DAY_NAMES = {
     name: number for number, name in enumerate(("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"), 1)
 }
+# Cron numbers days from Sunday=0 (7 is Sunday too), and so do its names.
+_CRON_DAY_NAMES = {
+    name: number for number, name in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))
+}
 
 SECOND = FieldSpec("second", 0, 59)
 MINUTE = FieldSpec("minute", 0, 59)
@@ -70,6 +79,8 @@ HOUR = FieldSpec("hour", 0, 23)
 DAY_OF_MONTH = FieldSpec("day-of-month", 1, 31, is_day=True)
 MONTH = FieldSpec("month", 1, 12, names=_MONTH_NAMES)
 DAY_OF_WEEK = FieldSpec("day-of-week", 0, 7, names=_DAY_NAMES, wildcard_low=1, is_day=True)
+# Five-field lines: "*" is 0-7, so "*/2" is Sunday, Tuesday, Thursday, Saturday (as in cron).
+CRON_DAY_OF_WEEK = FieldSpec("day-of-week", 0, 7, names=_CRON_DAY_NAMES, is_day=True)
 
 ALL_DAYS_OF_MONTH = ((1 << 32) - 1) & ~1  # bits 1-31
 ALL_WEEKDAYS = (1 << 7) - 1  # bits 0-6, Python weekdays
@@ -94,6 +105,8 @@ def _parse_value(token: str, spec: FieldSpec, element: str) -> int:
         raise FieldError(f"month value {token!r} is not a number 1-12 or a name JAN-DEC")
     elif spec is DAY_OF_WEEK:
         raise FieldError(f"day-of-week value {token!r} is not a number 0-7 or a name MON-SUN")
+    elif spec is CRON_DAY_OF_WEEK:
+        raise FieldError(f"day-of-week value {token!r} is not a number 0-7 or a name SUN-SAT")
     elif spec is DAY_OF_MONTH and token.upper() != token:
         raise FieldError(
             f"day-of-month value {token!r} is not a number; write 'L' and 'W' in upper case"
@@ -125,6 +138,8 @@ def _parse_element(element: str, spec: FieldSpec) -> int:
             high = _parse_value(end, spec, element)
             if spec is DAY_OF_WEEK and low == 7:
                 low = 0  # Sunday starting a range means 0, so "SUN-FRI" is 0-5 (as in Spring).
+            elif spec is CRON_DAY_OF_WEEK and high == 0 < low:
+                high = 7  # Sunday ending a range means 7, so "FRI-SUN" is 5-7 (as in cronie).
             if low > high:
                 raise FieldError(
                     f"{spec.name} range {range_part!r} is reversed ({low} > {high}); "
@@ -201,30 +216,36 @@ def _parse_day_of_month_special(element: str) -> DaySpecial:
     )
 
 
-def parse_days_of_week(text: str) -> tuple[int, frozenset[DaySpecial]]:
-    """Parse the day-of-week field into a bit set of Python weekdays and its special tokens."""
+def parse_days_of_week(
+    text: str, spec: FieldSpec = DAY_OF_WEEK
+) -> tuple[int, frozenset[DaySpecial]]:
+    """
+    Parse the day-of-week field into a bit set of Python weekdays and its special tokens.
+
+    *spec* is :data:`DAY_OF_WEEK` (Spring's rules) or :data:`CRON_DAY_OF_WEEK` (cron's).
+    """
     if text == "?":
         return ALL_WEEKDAYS, frozenset()
-    spring_bits = 0  # bits 0-7, 0 and 7 being Sunday
+    day_bits = 0  # bits 0-7, 0 and 7 being Sunday, in both rule sets
     specials: set[DaySpecial] = set()
-    for element in _split_list(text, DAY_OF_WEEK):
+    for element in _split_list(text, spec):
         element = element.upper()  # Spring upper-cases this whole field, so "fril" works.
         if "L" in element or "#" in element:
-            specials.add(_parse_day_of_week_special(element))
+            specials.add(_parse_day_of_week_special(element, spec))
         else:
-            spring_bits |= _parse_element(element, DAY_OF_WEEK)
-    # Spring's day d (Monday=1 ... Sunday=7, or 0) is Python's weekday (d - 1) % 7.
-    bits = (spring_bits >> 1) | (spring_bits & 1) << 6
+            day_bits |= _parse_element(element, spec)
+    # Day d (Monday=1 ... Saturday=6, Sunday=0 or 7) is Python's weekday (d - 1) % 7.
+    bits = (day_bits >> 1) | (day_bits & 1) << 6
     if bits == ALL_WEEKDAYS:
         specials.clear()
     return bits, frozenset(specials)
 
 
-def _parse_weekday(token: str, element: str) -> int:
-    return (_parse_value(token, DAY_OF_WEEK, element) - 1) % 7
+def _parse_weekday(token: str, element: str, spec: FieldSpec) -> int:
+    return (_parse_value(token, spec, element) - 1) % 7
 
 
-def _parse_day_of_week_special(element: str) -> DaySpecial:
+def _parse_day_of_week_special(element: str, spec: FieldSpec) -> DaySpecial:
     if "#" in element:
         day, _, ordinal = element.partition("#")
         if day == "":
@@ -233,7 +254,7 @@ def _parse_day_of_week_special(element: str) -> DaySpecial:
             raise FieldError(
                 f"day-of-week value {element!r} needs an ordinal after '#', e.g. 'FRI#2'"
             )
-        weekday = _parse_weekday(day, element)
+        weekday = _parse_weekday(day, element, spec)
         if not _is_number(ordinal):
             raise FieldError(f"day-of-week ordinal {ordinal!r} in {element!r} is not a number")
         if int(ordinal) == 0:
@@ -245,7 +266,7 @@ def _parse_day_of_week_special(element: str) -> DaySpecial:
             "for the last day of the month use 'L' in day-of-month"
         )
     if element.endswith("L") and element.count("L") == 1:
-        return ("L", _parse_weekday(element[:-1], element))
+        return ("L", _parse_weekday(element[:-1], element, spec))
     raise FieldError(
         f"day-of-week value {element!r} is not valid; 'L' follows a single day, e.g. '5L' or 'FRIL'"
     )
@@ -258,11 +279,14 @@ def month_day_mask(
     dow_specials: frozenset[DaySpecial],
     days_in_month: int,
     first_weekday: int,
+    either: bool = False,
 ) -> int:
     """
-    Return the days of one month that match both day fields, as a bit set.
+    Return the days of one month that match the day fields, as a bit set.
 
-    The month has *days_in_month* days and its 1st falls on *first_weekday* (Monday=0).
+    The month has *days_in_month* days and its 1st falls on *first_weekday* (Monday=0). A day
+    matches if it matches both fields, or with *either* one of them (cron's rule when both fields
+    are restricted).
     """
     last = days_in_month
     month = (1 << (last + 1)) - 2
@@ -308,4 +332,4 @@ def month_day_mask(
             if day <= last:
                 by_week |= 1 << day
         by_week &= month
-    return by_month & by_week
+    return by_month | by_week if either else by_month & by_week

@@ -1,34 +1,45 @@
 """
-Cron expressions with Spring's syntax and meaning: parse them and compute the next fire time.
+Cron expressions: parse them and compute the next fire time.
 
-An expression has six fields, ``second minute hour day-of-month month day-of-week``::
+Two forms are accepted, each with the rules of the tool it comes from. A six-field expression
+``second minute hour day-of-month month day-of-week`` has Spring's syntax and meaning; a classic
+five-field crontab line ``minute hour day-of-month month day-of-week`` fires at second 0 and has
+the meaning it has in Vixie cron and cronie (Debian's cron)::
 
-    ┌───────────── second (0-59)
+    ┌───────────── second (0-59; six fields only)
     │ ┌───────────── minute (0-59)
     │ │ ┌───────────── hour (0-23)
     │ │ │ ┌───────────── day of the month (1-31)
     │ │ │ │ ┌───────────── month (1-12 or JAN-DEC)
-    │ │ │ │ │ ┌───────────── day of the week (0-7 or MON-SUN; 0 and 7 are Sunday)
+    │ │ │ │ │ ┌───────────── day of the week (0-7, 0 and 7 being Sunday, or names)
     * * * * * *
 
 Each field takes ``*``, a number, a range ``a-b``, a step ``*/n``, ``a/n`` (from *a* to the end
-of the range) or ``a-b/n``, and comma-separated lists of these. Names are case-insensitive. A
-day-of-week step counts over 1-7, Monday first, so ``*/2`` is Monday, Wednesday, Friday, Sunday.
-The day fields also take ``?`` (same as ``*``) and Quartz's tokens: ``L`` (last day of the month),
+of the range) or ``a-b/n``, and comma-separated lists of these. Names are case-insensitive. The
+day fields also take ``?`` (same as ``*``) and Quartz's tokens: ``L`` (last day of the month),
 ``L-n`` (n days before it), ``LW`` (last weekday), ``nW`` (weekday nearest to day n, never leaving
 the month) in day-of-month; ``dL`` (last weekday d of the month) and ``d#n`` (n-th weekday d) in
-day-of-week. Day-of-month and day-of-week must both match (AND, as in Spring; Vixie cron uses OR).
-The macros ``@yearly`` (``@annually``), ``@monthly``, ``@weekly``, ``@daily`` (``@midnight``) and
-``@hourly`` stand for their usual six-field forms.
+day-of-week. The two rule sets differ in the day fields only:
 
-Beyond Spring, a classic five-field crontab line ``minute hour day-of-month month day-of-week`` is
-accepted and fires at second 0; its fields have the same meaning as above, including the AND of
-the two day fields.
+- Six fields (Spring): day-of-month and day-of-week must both match. A day-of-week ``*`` covers
+  1-7 (MON-SUN), Monday first, so ``*/2`` is Monday, Wednesday, Friday, Sunday; a range starting
+  at Sunday (``SUN-FRI``, ``7-5``) starts at 0.
+- Five fields (cron): when both day fields are restricted, that is neither starts with ``*`` nor
+  is ``?``, a day matching either one fires (``0 0 13 * 5`` fires on every 13th and every
+  Friday); otherwise both must match, as above. A day-of-week ``*`` covers 0-7, Sunday first, so
+  ``*/2`` is Sunday, Tuesday, Thursday, Saturday; names run SUN=0 to SAT=6; a range ending at
+  Sunday (``FRI-SUN``, ``5-0``) ends at 7, and ``7-7`` is Sunday. Quartz's tokens, which cron
+  does not have, keep their meaning and combine by the same either-or rule.
+
+The macros ``@yearly`` (``@annually``), ``@monthly``, ``@weekly``, ``@daily`` (``@midnight``) and
+``@hourly`` fire when they fire in cron; none restricts both day fields or steps over days of the
+week, so both rule sets agree on them.
 
 Time zones: an aware datetime is evaluated on its zone's wall clock. A wall time that does not
 exist (a spring-forward gap) does not fire; a wall time that occurs twice (a fall-back overlap)
-fires at both instants. This is what Spring does, and it means hourly or minutely expressions
-simply continue on the real clock across transitions.
+fires at both instants. This is what Spring does, for both forms, and it means hourly or minutely
+expressions simply continue on the real clock across transitions. (Debian's cron runs a fixed-time
+job skipped by a gap right after it, and a repeated one only once.)
 
 This module is pure: it never reads the clock and does not depend on Django.
 """
@@ -38,6 +49,10 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 
 from ._cron_fields import (
+    ALL_DAYS_OF_MONTH,
+    ALL_WEEKDAYS,
+    CRON_DAY_OF_WEEK,
+    DAY_OF_WEEK,
     HOUR,
     MINUTE,
     MONTH,
@@ -109,6 +124,7 @@ class CronExpression:
         "_can_fire",
         "_days_of_month",
         "_days_of_week",
+        "_either_day",
         "_first_hour",
         "_first_minute",
         "_first_month",
@@ -116,6 +132,7 @@ class CronExpression:
         "_hours",
         "_key",
         "_masks",
+        "_masks_by_shape",
         "_minutes",
         "_months",
         "_seconds",
@@ -127,17 +144,28 @@ class CronExpression:
         if not isinstance(expression, str):
             raise TypeError(f"a cron expression must be a str, not {type(expression).__name__}")
         self.expression = expression
-        fields = self._split(expression)
+        fields, cron_rules = self._split(expression)
         try:
             seconds = parse_field(fields[0], SECOND)
             minutes = parse_field(fields[1], MINUTE)
             hours = parse_field(fields[2], HOUR)
             days_of_month = parse_days_of_month(fields[3])
             months = parse_field(fields[4], MONTH)
-            days_of_week = parse_days_of_week(fields[5])
+            days_of_week = parse_days_of_week(
+                fields[5], CRON_DAY_OF_WEEK if cron_rules else DAY_OF_WEEK
+            )
         except FieldError as exc:
             raise self._error(str(exc)) from None
-        self._key = (seconds, minutes, hours, days_of_month, months, days_of_week)
+        # Cron's rule: when neither day field starts with "*" (or is "?"), either one matching
+        # is enough. Vixie cron looks at the first character only, so "*/2" counts as "*".
+        either_day = cron_rules and fields[3][0] not in "*?" and fields[5][0] not in "*?"
+        any_day_of_month = (ALL_DAYS_OF_MONTH, frozenset())
+        any_weekday = (ALL_WEEKDAYS, frozenset())
+        if either_day and (days_of_month == any_day_of_month or days_of_week == any_weekday):
+            # "1-31" or "0-7" with either-day matching is every day, whatever the other field
+            # says; keep the key canonical so that equal schedules compare equal.
+            days_of_month, days_of_week, either_day = any_day_of_month, any_weekday, False
+        self._key = (seconds, minutes, hours, days_of_month, months, days_of_week, either_day)
         self._seconds = _next_table(seconds, 60)
         self._minutes = _next_table(minutes, 60)
         self._hours = _next_table(hours, 24)
@@ -148,8 +176,11 @@ class CronExpression:
         self._first_month = _first(months)
         self._days_of_month = days_of_month
         self._days_of_week = days_of_week
+        self._either_day = either_day
         # Matching days per (year, month), filled lazily; races only recompute an entry.
         self._masks: dict[int, int] = {}
+        # The same per month shape (length * 7 + weekday of the 1st): at most 28 entries.
+        self._masks_by_shape: dict[int, int] = {}
         self._can_fire: bool | None = None
 
     @classmethod
@@ -160,7 +191,8 @@ class CronExpression:
     def _error(self, problem: str) -> InvalidCronExpression:
         return InvalidCronExpression(f"invalid cron expression '{self.expression}': {problem}")
 
-    def _split(self, expression: str) -> list[str]:
+    def _split(self, expression: str) -> tuple[list[str], bool]:
+        """Return the six fields, and whether cron's rules apply (a five-field line)."""
         text = expression.strip()
         if not text:
             raise self._error(f"the expression is empty; expected {_FIELDS_HELP}")
@@ -172,11 +204,11 @@ class CronExpression:
             text = macro
         fields = text.split()
         if len(fields) == 5:
-            fields.insert(0, "0")
-        elif len(fields) != 6:
+            return ["0", *fields], True
+        if len(fields) != 6:
             hint = "; a year field is not supported" if len(fields) == 7 else ""
             raise self._error(f"expected {_FIELDS_HELP}, found {len(fields)}{hint}")
-        return fields
+        return fields, False
 
     def __str__(self) -> str:
         return self.expression
@@ -337,9 +369,16 @@ class CronExpression:
         length = _DAYS_IN_MONTH[month]
         if month == 2 and year % 4 == 0 and (year % 100 != 0 or year % 400 == 0):
             length = 29
-        mask = month_day_mask(
-            *self._days_of_month, *self._days_of_week, length, date(year, month, 1).weekday()
-        )
+        first_weekday = date(year, month, 1).weekday()
+        # The matching days depend only on the month's length and the weekday of its 1st, so
+        # sparse expressions that walk through centuries compute at most 28 masks.
+        shape = length * 7 + first_weekday
+        mask = self._masks_by_shape.get(shape)
+        if mask is None:
+            mask = month_day_mask(
+                *self._days_of_month, *self._days_of_week, length, first_weekday, self._either_day
+            )
+            self._masks_by_shape[shape] = mask
         if len(self._masks) >= _MASK_CACHE_SIZE:
             self._masks.clear()
         self._masks[year * 16 + month] = mask
@@ -351,7 +390,9 @@ class CronExpression:
             # Every month starts on every weekday somewhere in the 400-year cycle, so trying
             # each allowed month's lengths with each first weekday covers all calendars.
             self._can_fire = any(
-                month_day_mask(*self._days_of_month, *self._days_of_week, length, weekday)
+                month_day_mask(
+                    *self._days_of_month, *self._days_of_week, length, weekday, self._either_day
+                )
                 for month in range(1, 13)
                 if self._months[month] == month
                 for length in ((28, 29) if month == 2 else (_DAYS_IN_MONTH[month],))

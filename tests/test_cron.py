@@ -157,6 +157,14 @@ REJECTIONS = [
     ("0 0 0 1 MON *", "month value 'MON' is not a number 1-12 or a name JAN-DEC"),
     ("0 0 0 * * SUN*", "day-of-week value 'SUN*' is not a number 0-7 or a name MON-SUN"),
     ("0 0 0 * * JAN", "day-of-week value 'JAN' is not a number 0-7 or a name MON-SUN"),
+    ("0 0 * * JAN", "day-of-week value 'JAN' is not a number 0-7 or a name SUN-SAT"),
+    (
+        "0 0 * * 7-5",
+        "day-of-week range '7-5' is reversed (7 > 5); write the smaller value first, "
+        "ranges do not wrap around",
+    ),
+    ("0 0 * * 1,?", "day-of-week '?' must stand alone, not in a list like '1,?'"),
+    ("0 0 * * 8#1", "day-of-week value 8 is out of range 0-7"),
     ("0 0 0 W * *", "day-of-month 'W' needs a day before it, e.g. '15W'"),
     ("0 0 0 0W * *", "day-of-month value 0 is out of range 1-31"),
     ("0 0 0 32W * *", "day-of-month value 32 is out of range 1-31"),
@@ -311,11 +319,139 @@ def test_day_fields_combine_with_and() -> None:
     # Friday the 13th. 2024: Jan 13 Sat, Feb 13 Tue, Mar 13 Wed, Apr 13 Sat, May 13 Mon,
     # Jun 13 Thu, Jul 13 Sat, Aug 13 Tue, Sep 13 Fri. (OR would give Friday 2024-01-05.)
     assert chain("0 0 0 13 * FRI", datetime(2024, 1, 1), 1) == naive("2024-09-13T00:00")
-    # The five-field form keeps AND.
-    assert chain("0 0 13 * 5", datetime(2024, 1, 1), 1) == naive("2024-09-13T00:00")
     # The last day of the month that is a Friday: Jan 31 Wed, Feb 29 Thu, Mar 31 Sun,
     # Apr 30 Tue, May 31 Fri.
     assert chain("0 0 0 L * FRI", datetime(2024, 1, 1), 1) == naive("2024-05-31T00:00")
+
+
+# --- Five-field lines: cron's rules -------------------------------------------------------------
+
+
+def test_five_field_day_fields_combine_with_or_when_both_are_restricted() -> None:
+    # January 2024 starts on a Monday: its Fridays are the 5th, 12th, 19th and 26th.
+    assert chain("0 0 13 * 5", datetime(2024, 1, 1), 4) == naive(
+        "2024-01-05T00:00", "2024-01-12T00:00", "2024-01-13T00:00", "2024-01-19T00:00"
+    )
+    # Thursday to Saturday, or the 17th, in July. 2026-07-09 is a Thursday, 2026-07-10 a
+    # Friday and 2026-07-17 a Friday too.
+    assert chain("0,14,26 4,17,21 17 7 4-6", datetime(2026, 7, 9, 21, 26), 4) == naive(
+        "2026-07-10T04:00", "2026-07-10T04:14", "2026-07-10T04:26", "2026-07-10T17:00"
+    )
+    # The same fields with a seconds field: Spring's AND, so the 17th when it is Thu-Sat.
+    assert chain("0 0,14,26 4,17,21 17 7 4-6", datetime(2026, 7, 9, 21, 26), 1) == naive(
+        "2026-07-17T04:00"
+    )
+
+
+def test_five_field_day_field_starting_with_a_star_means_and() -> None:
+    # Odd days that are Mondays: January 2024 Mondays 1, 8, 15, 22, 29; February 5, 12, 19, 26.
+    assert chain("0 0 */2 * 1", datetime(2024, 1, 1), 3) == naive(
+        "2024-01-15T00:00", "2024-01-29T00:00", "2024-02-05T00:00"
+    )
+    # */7 is Sunday (0 and 7), and starts with "*": the 13th when it is a Sunday. In 2024 the
+    # 13th falls on Sat, Tue, Wed, Sat, Mon, Thu, Sat, Tue, Fri, then Sunday in October.
+    assert chain("0 0 13 * */7", datetime(2024, 1, 1), 1) == naive("2024-10-13T00:00")
+    # "?" is "*": Fridays only.
+    assert chain("0 0 ? * 5", datetime(2024, 1, 1), 2) == naive(
+        "2024-01-05T00:00", "2024-01-12T00:00"
+    )
+
+
+def test_five_field_day_of_week_counts_from_sunday() -> None:
+    # */2 over 0-7 is Sun, Tue, Thu, Sat. 2024-01-01 is a Monday.
+    assert chain("0 0 * * */2", datetime(2024, 1, 1, 12), 4) == naive(
+        "2024-01-02T00:00", "2024-01-04T00:00", "2024-01-06T00:00", "2024-01-07T00:00"
+    )
+    # */3 is Sun, Wed, Sat. 2026-12-27 is a Sunday, 2026-12-30 a Wednesday, 2027-01-02 a
+    # Saturday. Spring's six-field */3 is Mon, Thu, Sun: Monday the 28th.
+    assert chain("5,13,28 10 * * */3", datetime(2026, 12, 27, 10, 28), 4) == naive(
+        "2026-12-30T10:05", "2026-12-30T10:13", "2026-12-30T10:28", "2027-01-02T10:05"
+    )
+    assert chain("0 5,13,28 10 * * */3", datetime(2026, 12, 27, 10, 28), 1) == naive(
+        "2026-12-28T10:05"
+    )
+    # SUN is 0, so SUN/3 is 0, 3, 6 as well.
+    assert CronExpression("0 0 * * SUN/3") == CronExpression("0 0 * * */3")
+
+
+def test_five_field_sunday_in_ranges() -> None:
+    # 7-7 is Sunday alone (Spring's six-field form reads it as 0-7, every day).
+    assert chain("0 0 * * 7-7", datetime(2024, 1, 1), 2) == naive(
+        "2024-01-07T00:00", "2024-01-14T00:00"
+    )
+    # A range ending on Sunday runs to 7, as in cronie: Friday, Saturday, Sunday.
+    for field in ("FRI-SUN", "5-0", "5-7", "fri-sun"):
+        assert chain(f"0 0 * * {field}", datetime(2024, 1, 1), 4) == naive(
+            "2024-01-05T00:00", "2024-01-06T00:00", "2024-01-07T00:00", "2024-01-12T00:00"
+        )
+    # SUN-TUE is 0-2: from Wednesday 2024-01-03 the next is Sunday the 7th.
+    assert chain("0 12 * * SUN-TUE", datetime(2024, 1, 3), 2) == naive(
+        "2024-01-07T12:00", "2024-01-08T12:00"
+    )
+
+
+def test_five_field_quartz_tokens_combine_by_the_same_rule() -> None:
+    # The last day of the month or a Friday: 2024-01-26 is a Friday, January 31 a Wednesday,
+    # February 2 a Friday.
+    assert chain("0 0 L * 5", datetime(2024, 1, 26, 12), 2) == naive(
+        "2024-01-31T00:00", "2024-02-02T00:00"
+    )
+    # The weekday nearest the 15th, or the first Monday. Jan 2024: Monday the 1st, and the
+    # 15th is a Monday; Feb 2024: the 1st is a Thursday (first Monday the 5th), the 15th a
+    # Thursday.
+    assert chain("0 0 15W * MON#1", datetime(2023, 12, 31), 4) == naive(
+        "2024-01-01T00:00", "2024-01-15T00:00", "2024-02-05T00:00", "2024-02-15T00:00"
+    )
+    # With "*" in the other field, a token alone decides: the last Friday of the month.
+    assert chain("0 0 * * 5L", datetime(2024, 2, 1), 2) == naive(
+        "2024-02-23T00:00", "2024-03-29T00:00"
+    )
+
+
+def test_five_field_and_six_field_rules_differ() -> None:
+    assert CronExpression("0 0 * * */2") != CronExpression("0 0 0 * * */2")
+    assert CronExpression("0 0 * * */2") == CronExpression("0 0 0 * * 0,2,4,6")
+    assert CronExpression("0 0 13 * 5") != CronExpression("0 0 0 13 * 5")
+    # With OR, "1-31" or "0-7" in one day field means every day.
+    assert CronExpression("0 0 1-31 * 1") == CronExpression("0 0 * * *")
+    assert CronExpression("0 0 13 * 0-7") == CronExpression("@daily")
+    # A star in either field keeps AND, and then both forms agree.
+    assert CronExpression("0 0 13 * *") == CronExpression("0 0 0 13 * *")
+    assert CronExpression("0 9 * * MON-FRI") == CronExpression("0 0 9 ? * MON-FRI")
+
+
+@pytest.mark.parametrize(
+    "macro, line",
+    [
+        ("@yearly", "0 0 1 1 *"),
+        ("@annually", "0 0 1 1 *"),
+        ("@monthly", "0 0 1 * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@daily", "0 0 * * *"),
+        ("@midnight", "0 0 * * *"),
+        ("@hourly", "0 * * * *"),
+    ],
+)
+def test_macros_mean_what_they_mean_in_cron(macro: str, line: str) -> None:
+    # cronie's definitions. Each restricts at most one day field, so both rule sets agree.
+    assert CronExpression(macro) == CronExpression(line)
+    start = datetime(2024, 2, 28, 12, tzinfo=BERLIN)
+    assert chain(macro, start, 5) == chain(line, start, 5)
+
+
+def test_five_field_lines_follow_the_same_dst_rule() -> None:
+    # Berlin 2021: 02:30 does not exist on March 28 and happens twice on October 31 (see the
+    # six-field tests below). Debian's cron would run the first at 03:00 and the second once.
+    assert_zoned_chain(
+        "30 2 * * *", datetime(2021, 3, 27, 12, tzinfo=BERLIN), "2021-03-29T02:30+02:00"
+    )
+    assert_zoned_chain(
+        "30 2 * * *",
+        datetime(2021, 10, 30, 12, tzinfo=BERLIN),
+        "2021-10-31T02:30+02:00",
+        "2021-10-31T02:30+01:00",
+        "2021-11-01T02:30+01:00",
+    )
 
 
 # --- Day-of-month specials ---------------------------------------------------------------------
