@@ -23,7 +23,7 @@ import pytest
 from django.db import connection
 from django.test import TransactionTestCase
 
-from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
+from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 
 from .processes import Process, manage, poll, process_env
 from .testapp.models import Execution
@@ -315,6 +315,11 @@ class ReliabilityProcessTests(TransactionTestCase):
         os.killpg(server.popen.pid, signal.SIGINT)
         server.wait(30)
         poll(lambda: not alive(child), timeout=30, message="the serving child did not exit")
+        # The child stopped its scheduler on its way out: the run is interrupted and the lock
+        # free, before any restart frees it.
+        interrupted.refresh_from_db()
+        self.assertEqual(interrupted.status, RunStatus.INTERRUPTED, server.output)
+        self.assertLessEqual(TaskLock.objects.get(name="dev_server").lock_until, datetime.now(UTC))
 
         restarted = Process(command, env)
         self.addCleanup(restarted.kill)
