@@ -1,6 +1,7 @@
 """The admin pages: task overview, run history, locks, and the pause / resume / run-now controls."""
 
 from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
 from unittest import mock
 
 from django.conf import settings
@@ -53,6 +54,54 @@ def task_url(name: str, view: str = "change") -> str:
 TASKS_URL = reverse("admin:django_scheduling_scheduledtask_changelist")
 RUNS_URL = reverse("admin:django_scheduling_taskrun_changelist")
 LOCKS_URL = reverse("admin:django_scheduling_tasklock_changelist")
+
+
+#: What separates the items of the breadcrumbs: ``&rsaquo;``.
+SEPARATOR = "\u203a"
+#: The elements without an end tag that may appear in the breadcrumbs.
+VOID_ELEMENTS = {"br", "img", "wbr"}
+
+
+class BreadcrumbsParser(HTMLParser):
+    """Collect the text of the page's breadcrumbs element, with a separator (U+203A, as
+    ``&rsaquo;``) before each list item.
+
+    Django 5.2 writes the breadcrumbs as ``<div class="breadcrumbs">`` with ``&rsaquo;``
+    between the items; Django 6 as ``<ol class="breadcrumbs">`` with one ``<li>`` an item.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0  # Of the open elements inside the breadcrumbs element, itself included.
+        self.found = 0
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self.depth:
+            self.depth += tag not in VOID_ELEMENTS
+            if tag == "li":
+                self.text.append(SEPARATOR)
+        elif "breadcrumbs" in (dict(attrs).get("class") or "").split():
+            self.depth = 1
+            self.found += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.depth:
+            self.depth -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self.depth:
+            self.text.append(data)
+
+
+def breadcrumbs(page: str) -> list[str]:
+    """Return the items of the breadcrumbs on *page*, first to last."""
+    parser = BreadcrumbsParser()
+    parser.feed(page)
+    parser.close()
+    assert parser.found == 1, f"{parser.found} breadcrumbs elements on the page"
+    items = (" ".join(item.split()) for item in "".join(parser.text).split(SEPARATOR))
+    return [item for item in items if item]
 
 
 class AdminTestCase(TestCase):
@@ -364,7 +413,9 @@ class TimeFormatTests(AdminTestCase):
         name = f"once at {self.WINTER_TEXT}"
         self.assertEqual(str(self.run), name)
         self.assertContains(response, f"<title>{name} | View task run")
-        self.assertContains(response, f"&rsaquo; {name}\n</div>")  # the breadcrumb
+        self.assertEqual(
+            breadcrumbs(response.content.decode()), ["Home", "Scheduling", "Task runs", name]
+        )
         self.assertContains(response, f"<h2>{name}</h2>")
         for text in (self.WINTER_TEXT, self.SUMMER_TEXT):  # scheduled, started, finished
             self.assertContains(response, f'<div class="readonly">{text}</div>', html=True)

@@ -117,6 +117,8 @@ class AdminBrowserTests(BrowserTestCase):
         self.assertEqual(badge.value_of_css_property("background-color"), "rgba(185, 28, 28, 1)")
         self.assertEqual(badge.value_of_css_property("font-weight"), "700")
         self.assertIn("1 overdue", text(self.browser.find_element(By.TAG_NAME, "h1")))
+        link = self.browser.find_element(By.CSS_SELECTOR, "h1 a.ds-badge--overdue")
+        self.assertEqual(link.value_of_css_property("text-decoration-line"), "none")  # a badge
         self.assertIn("20 minutes ago", rows[0].text)
         self.screenshot("task-changelist")
 
