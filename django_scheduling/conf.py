@@ -30,7 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "TASK_MODULE": "tasks",
     "CORE_POOL_SIZE": 4,
     "MAX_POOL_SIZE": 16,
-    "QUEUE_CAPACITY": 100,
+    "QUEUE_CAPACITY": None,
     "KEEP_ALIVE": "60s",
     "REJECTION_POLICY": "abort",
     "SHUTDOWN_TIMEOUT": "30s",
@@ -58,7 +58,7 @@ class SchedulingSettings:
     task_module: str
     core_pool_size: int
     max_pool_size: int
-    queue_capacity: int
+    queue_capacity: int | None
     keep_alive: timedelta
     rejection_policy: str
     shutdown_timeout: timedelta
@@ -115,7 +115,7 @@ class SchedulingSettings:
             "task_module": reader.text("TASK_MODULE"),
             "core_pool_size": core,
             "max_pool_size": most,
-            "queue_capacity": reader.integer("QUEUE_CAPACITY", 0),
+            "queue_capacity": reader.optional_integer("QUEUE_CAPACITY", 0),
             "keep_alive": reader.duration("KEEP_ALIVE"),
             "rejection_policy": reader.choice("REJECTION_POLICY", REJECTION_POLICIES),
             "shutdown_timeout": reader.duration("SHUTDOWN_TIMEOUT"),
@@ -165,6 +165,14 @@ class _Reader:
                 f"SCHEDULING[{key!r}] must be a whole number of at least {minimum}, got {value!r}"
             )
             return None
+        return value
+
+    def optional_integer(self, key: str, minimum: int) -> int | None:
+        if self.values[key] is None:
+            return None
+        value = self.integer(key, minimum)
+        if value is None:
+            self.problems[-1] += ", or None for no bound"
         return value
 
     def choice(self, key: str, options: tuple[str, ...]) -> str | None:

@@ -9,6 +9,10 @@ On ``submit()`` the pool, in this order:
 3. otherwise starts a new thread for the item while fewer than ``max_size`` threads exist;
 4. otherwise rejects the item according to the ``RejectionPolicy``.
 
+With ``queue_capacity=None`` the queue is unbounded and nothing is ever rejected: an item that
+finds no idle thread starts a new one while fewer than ``max_size`` exist (as Python's
+``ThreadPoolExecutor`` does), and waits in the queue otherwise.
+
 Threads above ``core_size`` that stay idle for ``keep_alive`` seconds exit.
 """
 
@@ -52,14 +56,15 @@ class PoolStats:
     idle: int  # threads waiting for work
     active: int  # threads running an item
     queued: int
-    queue_capacity: int
+    queue_capacity: int | None  # None: unbounded
     core_size: int
     max_size: int
     completed: int  # items finished by worker threads, successfully or not
     rejected: int  # items passed to the rejection policy (and to on_reject)
 
     def __str__(self) -> str:
-        return f"queue {self.queued}/{self.queue_capacity}, threads {self.threads}/{self.max_size}"
+        capacity = "unbounded" if self.queue_capacity is None else self.queue_capacity
+        return f"queue {self.queued}/{capacity}, threads {self.threads}/{self.max_size}"
 
 
 class RejectedWork(RuntimeError):
@@ -85,7 +90,7 @@ class WorkerPool:
         *,
         core_size: int,
         max_size: int,
-        queue_capacity: int,
+        queue_capacity: int | None,
         keep_alive: float,
         rejection_policy: RejectionPolicy | str = RejectionPolicy.ABORT,
         name: str = "scheduling",
@@ -102,10 +107,10 @@ class WorkerPool:
                 f"max_size ({max_size}) is smaller than core_size ({core_size}); "
                 "raise max_size or lower core_size"
             )
-        if queue_capacity < 0:
+        if queue_capacity is not None and queue_capacity < 0:
             raise ValueError(
                 f"queue_capacity must be 0 or more, got {queue_capacity}; "
-                "use 0 to hand items directly to idle threads"
+                "use 0 to hand items directly to idle threads, None for no bound"
             )
         if keep_alive < 0:
             raise ValueError(
@@ -144,6 +149,14 @@ class WorkerPool:
                 raise RuntimeError(f"pool {self.name!r} is shut down; cannot run {item.label!r}")
             if len(self._workers) < self.core_size:
                 self._start_worker(item)
+                return True
+            if self.queue_capacity is None:  # unbounded: grow while no thread is idle, then queue
+                if not self._idle and len(self._workers) < self.max_size:
+                    self._start_worker(item)
+                else:
+                    self._queue.append(item)
+                    if self._idle:
+                        self._work_available.notify()
                 return True
             if self._offer(item):
                 if not self._workers:  # core_size 0: someone has to drain the queue

@@ -104,7 +104,7 @@ class Scheduler:
         *,
         core_pool_size: int = 4,
         max_pool_size: int = 16,
-        queue_capacity: int = 100,
+        queue_capacity: int | None = None,
         keep_alive: float = 60.0,
         rejection_policy: RejectionPolicy | str = RejectionPolicy.ABORT,
         clock: Callable[[], datetime] = utcnow,

@@ -160,6 +160,34 @@ def test_growth_core_threads_then_queue_then_max_threads_then_rejection(make_poo
     assert pool.stats().threads == 4  # keep_alive is 60 s
 
 
+def test_an_unbounded_queue_grows_to_max_size_then_queues_and_never_rejects(make_pool, gate):
+    rejections = Rejections()
+    pool = make_pool(core_size=1, max_size=3, queue_capacity=None, on_reject=rejections)
+    for index in range(3):
+        assert pool.submit(gate.blocker(f"busy{index}"), label=f"busy{index}")
+    # No thread was idle: each item started a thread, up to max_size.
+    assert counts(pool) == (3, 3, 0)
+    for index in range(500):  # far more than any bounded default: all wait, none is dropped
+        assert pool.submit(gate.quick(f"waiting{index}"), label=f"waiting{index}")
+    stats = pool.stats()
+    assert (stats.threads, stats.queued, stats.rejected, stats.queue_capacity) == (3, 500, 0, None)
+    assert str(stats) == "queue 500/unbounded, threads 3/3"
+    gate.open()
+    wait_until(lambda: pool.stats().completed == 503, "every item ran")
+    assert rejections.calls == []
+    assert gate.ran[3:] == [f"waiting{index}" for index in range(500)]  # in order
+
+
+def test_an_unbounded_queue_uses_an_idle_thread_before_starting_one(make_pool, gate):
+    pool = make_pool(core_size=1, max_size=3, queue_capacity=None)
+    pool.submit(gate.quick("first"), label="first")
+    wait_until(lambda: pool.stats().idle == 1, "the core thread waits for work")
+    pool.submit(gate.quick("second"), label="second")
+    wait_until(lambda: pool.stats().completed == 2, "both ran")
+    assert pool.stats().threads == 1
+    assert gate.thread_of["first"] is gate.thread_of["second"]
+
+
 def test_new_core_thread_is_started_even_when_a_thread_is_idle(make_pool, gate):
     pool = make_pool(core_size=2, max_size=2, queue_capacity=10)
     pool.submit(gate.quick("first"), label="first")

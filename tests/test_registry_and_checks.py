@@ -182,6 +182,9 @@ class SettingsTests(SimpleTestCase):
         self.assertEqual(conf.lock_at_most_for, timedelta(minutes=10))
         self.assertEqual(conf.history_retention, timedelta(days=30))
         self.assertEqual(conf.rejection_policy, "abort")
+        self.assertIsNone(conf.queue_capacity)  # unbounded: a due firing is never dropped
+        self.assertEqual(conf.housekeeping_interval, timedelta(minutes=1))
+        self.assertEqual(SchedulingSettings.from_dict({"QUEUE_CAPACITY": 100}).queue_capacity, 100)
 
     @override_settings(SCHEDULING={"SHUTDOWN_TIMEOUT": "5s"})
     def test_read_lazily_and_reset_by_override_settings(self):
@@ -196,6 +199,12 @@ class SettingsTests(SimpleTestCase):
             ({"core_pool_size": 3}, "unknown key 'core_pool_size'; did you mean 'CORE_POOL_SIZE'?"),
             ({"CORE_POOL_SIZE": -1}, "SCHEDULING['CORE_POOL_SIZE'] must be a whole number"),
             ({"MAX_POOL_SIZE": "8"}, "SCHEDULING['MAX_POOL_SIZE'] must be a whole number"),
+            (
+                {"QUEUE_CAPACITY": -1},
+                "SCHEDULING['QUEUE_CAPACITY'] must be a whole number of at least 0, got -1, or "
+                "None for no bound",
+            ),
+            ({"HOUSEKEEPING_INTERVAL": 0}, "SCHEDULING['HOUSEKEEPING_INTERVAL'] must be positive"),
             (
                 {"CORE_POOL_SIZE": 8, "MAX_POOL_SIZE": 2},
                 "SCHEDULING['MAX_POOL_SIZE'] (2) is smaller than SCHEDULING['CORE_POOL_SIZE'] (8)",
