@@ -16,17 +16,14 @@ import math
 import re
 from datetime import timedelta
 
+from django.utils.dateparse import parse_duration as django_parse_duration
+
 __all__ = ["DurationLike", "parse_duration", "format_duration"]
 
 DurationLike = int | float | timedelta | str
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _SIMPLE_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*", re.IGNORECASE)
-_ISO = re.compile(
-    r"(?P<sign>-)?P(?:(?P<d>\d+(?:\.\d+)?)D)?"
-    r"(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?",
-    re.IGNORECASE,
-)
 _HINT = 'write seconds as a number, a timedelta, "500ms", "30s", "10m", "2h", "1d" or "PT10M"'
 
 
@@ -86,20 +83,15 @@ def _parse_simple(text: str, original: str, name: str) -> timedelta:
 
 
 def _parse_iso(text: str, original: str, name: str) -> timedelta:
-    match = _ISO.fullmatch(text)
-    parts = match and {k: match.group(k) for k in "dhms"}
-    if not parts or not any(parts.values()) or text.upper().endswith("T"):
+    upper = text.upper()
+    # Django reads ISO-8601 durations of days and time; "P" or "PT" alone would read as zero.
+    delta = None if upper.rstrip("T").lstrip("-") == "P" else django_parse_duration(upper)
+    if delta is None or upper.endswith("T"):
         raise ValueError(
             f"invalid {name} {original!r}: an ISO-8601 duration looks like 'PT10M' or 'P1DT2H' "
             "(years and months are not fixed lengths and are not accepted)"
         )
-    delta = timedelta(
-        days=float(parts["d"] or 0),
-        hours=float(parts["h"] or 0),
-        minutes=float(parts["m"] or 0),
-        seconds=float(parts["s"] or 0),
-    )
-    return -delta if match.group("sign") else delta
+    return delta
 
 
 def format_duration(delta: timedelta) -> str:
