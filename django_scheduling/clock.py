@@ -1,5 +1,6 @@
-"""The one place that reads the wall clock; everything else takes "now" as an argument or an
-injected clock, so that it can be tested with explicit times."""
+"""The wall clock as an aware datetime. Logic takes "now" as an argument or an injected clock
+(defaulting to ``utcnow``), so that it can be tested with explicit times; only the threads'
+waits (the dispatcher's heap, keep-alive, the pool) read ``time`` directly."""
 
 from __future__ import annotations
 
