@@ -44,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "MISFIRE_THRESHOLD": "5s",
     "INSTANCE_NAME": None,
     "HOUSEKEEPING_INTERVAL": "1m",
+    "JITTER": "0s",
 }
 
 REJECTION_POLICIES = ("abort", "caller_runs", "discard", "discard_oldest")
@@ -72,6 +73,7 @@ class SchedulingSettings:
     misfire_threshold: timedelta
     instance_name: str
     housekeeping_interval: timedelta = timedelta(minutes=1)
+    jitter: timedelta = timedelta(0)
 
     @classmethod
     def from_dict(cls, raw: Any) -> SchedulingSettings:
@@ -129,6 +131,7 @@ class SchedulingSettings:
             "misfire_threshold": reader.duration("MISFIRE_THRESHOLD"),
             "instance_name": instance or default_instance_name(),
             "housekeeping_interval": reader.duration("HOUSEKEEPING_INTERVAL", allow_zero=False),
+            "jitter": reader.duration("JITTER"),
         }
         if problems:
             raise InvalidSettings(problems)

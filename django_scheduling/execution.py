@@ -44,7 +44,7 @@ from .outbox import Outbox
 from .pool import PoolStats
 from .registry import TaskDefinition
 from .scheduler import Entry, Firing, RunRequest
-from .triggers import Trigger, TriggerState
+from .triggers import Trigger, TriggerState, jitter_offset
 
 __all__ = ["TaskSpec", "TaskRunner", "current_fire_time"]
 
@@ -68,6 +68,8 @@ class TaskSpec:
     lock_config: LockConfiguration | None
     state: TriggerState
     described: str = ""
+    #: Each firing waits a deterministic offset in [0, jitter) after its fire time.
+    jitter: timedelta = timedelta(0)
     failures: int = 0  # database errors in a row
     #: A fire time skipped as locked that is looked at again, while it may still be run.
     recheck: datetime | None = None
@@ -124,14 +126,18 @@ class TaskRunner:
     def specs(self, definitions: list[TaskDefinition], *, complete: bool) -> list[TaskSpec]:
         """Build the specs of *definitions* and bring their rows in step with the code."""
         now = self.clock()
-        threshold = self.conf.misfire_threshold
-        built = [(d, d.trigger(self.default_zone, threshold)) for d in definitions]
+        built = []
+        for definition in definitions:
+            jitter = self.conf.jitter if definition.jitter is None else definition.jitter
+            # A firing woken up to *jitter* after its fire time is late by design, not missed.
+            threshold = self.conf.misfire_threshold + jitter
+            built.append((definition, definition.trigger(self.default_zone, threshold), jitter))
         states = state.sync_tasks(
-            [(d.name, t) for d, t in built], now=now, using=self.using, complete=complete
+            [(d.name, t) for d, t, _ in built], now=now, using=self.using, complete=complete
         )
         return [
-            TaskSpec(d, t, self._lock_config(d), states[d.name], state.describe(t))
-            for d, t in built
+            TaskSpec(d, t, self._lock_config(d), states[d.name], state.describe(t), jitter)
+            for d, t, jitter in built
         ]
 
     def _lock_config(self, definition: TaskDefinition) -> LockConfiguration | None:
@@ -145,11 +151,18 @@ class TaskRunner:
 
     def first_fire_time(self, entry: Entry, *, now: datetime) -> datetime | None:
         spec: TaskSpec = entry.payload
-        return spec.trigger.next_fire_time(now=now, state=spec.state)
+        return self._wake(spec, spec.trigger.next_fire_time(now=now, state=spec.state))
 
     def _next(self, spec: TaskSpec) -> datetime | None:
         """Return when *spec* fires next, from its state as last known: the one place."""
-        return spec.trigger.next_fire_time(now=self.clock(), state=spec.state)
+        return self._wake(spec, spec.trigger.next_fire_time(now=self.clock(), state=spec.state))
+
+    @staticmethod
+    def _wake(spec: TaskSpec, fire_time: datetime | None) -> datetime | None:
+        """Return when to dispatch *fire_time*: later by the task's jitter offset, if any."""
+        if fire_time is None or not spec.jitter:
+            return fire_time
+        return fire_time + jitter_offset(spec.name, fire_time, spec.jitter)
 
     # -- one firing ----------------------------------------------------------------------------
 
@@ -184,7 +197,7 @@ class TaskRunner:
         else:
             due = spec.trigger.next_fire_time(now=now, state=spec.state)
             if due is None or due > now:  # woken early, after a back-off
-                return due
+                return self._wake(spec, due)
             if row is not None and row.paused:
                 return self._skipped_firing(spec, due, "paused", assume_ran=True)
             decision = Run(due)
@@ -272,8 +285,11 @@ class TaskRunner:
         try:
             if decision.claim:
                 assert fire_time is not None
-                planned = spec.trigger.next_fire_time(
-                    now=started, state=replace(spec.state, last_fire_time=fire_time)
+                planned = self._wake(
+                    spec,
+                    spec.trigger.next_fire_time(
+                        now=started, state=replace(spec.state, last_fire_time=fire_time)
+                    ),
                 )
                 taken = state.claim(
                     spec.name,
@@ -517,7 +533,7 @@ class TaskRunner:
         self._count_skip(spec, firing if isinstance(firing, datetime) else None, decision.reason)
         if isinstance(firing, RunRequest):
             return self._next(spec)
-        return decision.next_time
+        return self._wake(spec, decision.next_time)
 
     def _skipped_firing(
         self, spec: TaskSpec, firing: Firing, reason: str, *, assume_ran: bool
@@ -543,8 +559,11 @@ class TaskRunner:
             # Nobody may have claimed it yet: its holder can die first. Look again soon.
             spec.recheck = fire_time
             self._count_skip(spec, fire_time, "locked")
-            upcoming = spec.trigger.next_fire_time(
-                now=now, state=replace(spec.state, last_fire_time=fire_time)
+            upcoming = self._wake(
+                spec,
+                spec.trigger.next_fire_time(
+                    now=now, state=replace(spec.state, last_fire_time=fire_time)
+                ),
             )
             retry = now + LOCKED_RECHECK
             # Never sooner than that: a next fire time already due would make a busy loop.

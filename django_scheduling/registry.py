@@ -39,6 +39,8 @@ class TaskDefinition:
     error_field: str | None = None
     #: Run a lost run of this task again, once, on another instance.
     recover: bool = False
+    #: Delay each firing by a deterministic offset in [0, jitter); None: the setting's JITTER.
+    jitter: timedelta | None = None
 
     @property
     def is_async(self) -> bool:
@@ -62,6 +64,7 @@ class TaskDefinition:
 def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> TaskDefinition:
     lock = options.pop("lock")
     recover = options.pop("recover")
+    jitter = options.pop("jitter")
     most, least = options.pop("lock_at_most_for"), options.pop("lock_at_least_for")
     trigger_options = {key: value for key, value in options.items() if value is not None}
     task_name = name if name is not None else f"{func.__module__}.{func.__qualname__}"
@@ -96,6 +99,10 @@ def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> Ta
             least_td = None if least is None else parse_duration(least, name="lock_at_least_for")
         except ValueError as exc:
             raise _Invalid("lock", str(exc)) from None
+        try:
+            jitter_td = None if jitter is None else parse_duration(jitter, name="jitter")
+        except ValueError as exc:
+            raise _Invalid("trigger", str(exc)) from None
         if not lock and (most is not None or least is not None):
             raise _Invalid(
                 "lock", "lock_at_most_for= and lock_at_least_for= need lock=True; drop them"
@@ -118,7 +125,7 @@ def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> Ta
             task_name, func, trigger_options, lock, error=exc.message, error_field=exc.field
         )
     return TaskDefinition(
-        task_name, func, trigger_options, lock, most_td, least_td, recover=recover
+        task_name, func, trigger_options, lock, most_td, least_td, recover=recover, jitter=jitter_td
     )
 
 
@@ -166,6 +173,7 @@ class TaskRegistry:
         lock_at_most_for: DurationLike | None = None,
         lock_at_least_for: DurationLike | None = None,
         recover: bool = False,
+        jitter: DurationLike | None = None,
     ) -> TaskDefinition:
         """Record *func* as a task and return its definition."""
         definition = _definition(
@@ -182,6 +190,7 @@ class TaskRegistry:
             lock_at_most_for=lock_at_most_for,
             lock_at_least_for=lock_at_least_for,
             recover=recover,
+            jitter=jitter,
         )
         existing = self._tasks.get(definition.name)
         if existing is not None and existing.origin != definition.origin:
@@ -230,6 +239,7 @@ def scheduled(
     lock_at_most_for: DurationLike | None = None,
     lock_at_least_for: DurationLike | None = None,
     recover: bool = False,
+    jitter: DurationLike | None = None,
 ) -> Callable[[F], F]:
     """Declare the decorated function a scheduled task and return it unchanged.
 
@@ -252,6 +262,7 @@ def scheduled(
             lock_at_most_for=lock_at_most_for,
             lock_at_least_for=lock_at_least_for,
             recover=recover,
+            jitter=jitter,
         )
         return func
 

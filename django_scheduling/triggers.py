@@ -11,6 +11,7 @@ All datetimes in and out are aware; the scheduler works in UTC.
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Protocol
@@ -29,6 +30,7 @@ __all__ = [
     "OneShotTrigger",
     "make_trigger",
     "parse_zone",
+    "jitter_offset",
 ]
 
 
@@ -258,6 +260,20 @@ class OneShotTrigger:
 
     def describe(self) -> str:
         return f"once at {self.at.isoformat()}"
+
+
+def jitter_offset(name: str, fire_time: datetime, jitter: timedelta) -> timedelta:
+    """Return the delay in [0, *jitter*) of task *name*'s firing at *fire_time*.
+
+    A hash of the two, not a random draw: every instance computes the same delay, so the
+    firing is still claimed once, and the firings of many tasks due at one instant spread
+    evenly over the jitter.
+    """
+    if jitter <= timedelta(0):
+        return timedelta(0)
+    key = f"{name}\x00{fire_time.astimezone(UTC).isoformat()}".encode()
+    fraction = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2**64
+    return timedelta(microseconds=int(fraction * (jitter // timedelta(microseconds=1))))
 
 
 def parse_zone(zone: tzinfo | str) -> tzinfo:

@@ -17,7 +17,7 @@ from ...conf import get_settings
 from ...models import ScheduledTask
 from ...registry import TaskDefinition, registry
 from ...service import SchedulerService
-from ...triggers import TriggerState
+from ...triggers import TriggerState, jitter_offset
 
 
 class Command(BaseCommand):
@@ -125,9 +125,11 @@ class Command(BaseCommand):
             row = rows.get(definition.name)
             if row is None or row.trigger != described[:255]:
                 # Not scheduled yet, or with another trigger: the next start begins afresh.
-                when = f"next {_local(trigger.next_fire_time(now=now, state=TriggerState()))}"
+                first = trigger.next_fire_time(now=now, state=TriggerState())
+                when = f"next {_local(_jittered(definition, first))}"
             else:
-                when = _row_state(row, trigger.next_fire_time(now=now, state=_state(row)))
+                computed = trigger.next_fire_time(now=now, state=_state(row))
+                when = _row_state(row, _jittered(definition, computed))
             self.stdout.write(f"{definition.name}  {described}  {when}")
 
     def _rows(self, names: list[str]) -> dict[str, ScheduledTask]:
@@ -150,6 +152,13 @@ class Command(BaseCommand):
                 f"  {spec.name}  {spec.trigger.describe()}  ({lock})  "
                 f"next {_local(times.get(spec.name))}"
             )
+
+
+def _jittered(definition: TaskDefinition, moment: datetime | None) -> datetime | None:
+    """Return when the firing at *moment* is dispatched, as a scheduler stores it: after the
+    task's jitter."""
+    jitter = get_settings().jitter if definition.jitter is None else definition.jitter
+    return None if moment is None else moment + jitter_offset(definition.name, moment, jitter)
 
 
 def _state(row: ScheduledTask) -> TriggerState:
