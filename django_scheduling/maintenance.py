@@ -70,10 +70,12 @@ class Maintenance:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = 10.0) -> None:
+        """Ask the thread to stop, and wait up to *timeout* seconds (0: do not wait) for a pass
+        under way to end."""
         self._stopped.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
+        if timeout and self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
     def _loop(self) -> None:
         while not self._stopped.is_set():

@@ -179,8 +179,10 @@ class SchedulerService:
             if self.scheduler is None:
                 return []
         wait = self.conf.shutdown_timeout.total_seconds() if timeout is None else timeout
+        # Stop dispatching first: a maintenance pass that waits on the database must not keep
+        # firings coming after a SIGTERM.
         if self.maintenance is not None:
-            self.maintenance.stop()
+            self.maintenance.stop(timeout=0)
         still_running = self.scheduler.shutdown(timeout=wait)
         if still_running:
             logger.warning(
@@ -193,6 +195,8 @@ class SchedulerService:
                 self.runner.interrupted(still_running)
             except (DatabaseError, LockError) as exc:
                 logger.warning("Could not mark the interrupted runs: %s", exc)
+        if self.maintenance is not None:
+            self.maintenance.stop(timeout=min(wait, 2.0))  # a daemon thread: do not wait long
         try:
             self.outbox.flush()
         except Exception:
