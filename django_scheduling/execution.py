@@ -221,7 +221,7 @@ class TaskRunner:
         held = self.keepalive.hold(lock, spec.name) if self.keepalive is not None else None
         if held is None:
             held = KeptAliveLock(lock, spec.name, None)
-        run_id: int | None = None
+        ran, run_id = False, None
         fire_time: datetime | None = None
         try:
             row = state.read_row(spec.name, using=self.using)
@@ -235,10 +235,10 @@ class TaskRunner:
             if isinstance(decision, Skip):
                 return self._decided_skip(spec, firing, decision)
             fire_time = decision.fire_time
-            run_id = self._execute(spec, decision, row, held)
+            ran, run_id = self._execute(spec, decision, row, held)
             return self._next(spec)
         finally:
-            if not held.release() and run_id is not None:
+            if not held.release() and ran:
                 self._lock_lost(spec, run_id, fire_time)
             if held.unreleased is not None:
                 # The database failed the unlock: release it when it answers again, rather
@@ -271,11 +271,10 @@ class TaskRunner:
 
     def _execute(
         self, spec: TaskSpec, decision: Run, row: state.TaskRow | None, held: KeptAliveLock | None
-    ) -> int | None:
-        """Take the run (claim or request), call the task and record its end; return the run id.
-
-        Return ``None`` also when another instance took the firing first.
-        """
+    ) -> tuple[bool, int | None]:
+        """Take the run (claim or request), call the task and record its end; return whether
+        it ran (not when another instance took the firing first) and the run's id (``None``
+        with the history off)."""
         fire_time, request = decision.fire_time, decision.request
         started = self.clock()
         locked_at = held.lock.locked_at if held is not None and held.lock is not None else None
@@ -312,7 +311,7 @@ class TaskRunner:
         if not taken:  # another instance was first (or a newer deployment synced the row)
             self._forget_start(run_id)
             self._count_skip(spec, fire_time, "already run")
-            return None
+            return False, None
         if decision.claim:
             spec.state = replace(spec.state, last_fire_time=fire_time)
         with self._counts_lock:
@@ -331,7 +330,7 @@ class TaskRunner:
             _send(signals.run_succeeded, spec.name, duration=duration, **common)
         else:
             _send(signals.run_failed, spec.name, exception=exc, duration=duration, **common)
-        return run_id
+        return True, run_id
 
     def _call(
         self, spec: TaskSpec, fire_time: datetime | None, run_id: int | None
@@ -396,9 +395,11 @@ class TaskRunner:
         try:
             history.forget_start(using=self.using, run_id=run_id)
         except DatabaseError as exc:
-            logger.warning(
-                "Could not remove the record of run %s, which did not run: %s", run_id, exc
-            )
+            # Left "running", it would later pass for a lost run, and recover=True would run
+            # its fire time again: remove it when the database answers.
+            logger.warning("Could not remove the record of run %s yet: %s", run_id, exc)
+            forget = lambda: history.forget_start(using=self.using, run_id=run_id)  # noqa: E731
+            self.outbox.add(f"the removal of run {run_id}, which did not run", forget)
 
     def _record_end(
         self,

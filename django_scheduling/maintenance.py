@@ -90,7 +90,10 @@ class Maintenance:
             self.outbox.flush()
             self._take_requests()
             outage = getattr(self.runner, "outage", None)
-            if outage is not None and outage.is_set():
+            # Wake the tasks that back off only when this thread saw the database fail too, and
+            # now answer: a database that answers reads but fails the firings' writes (a
+            # read-only failover) must leave them to their back-off, not retry every second.
+            if outage is not None and outage.is_set() and self._failing:
                 outage.clear()
                 woken = self.scheduler.wake(lambda entry: entry.payload.failures > 0)
                 if woken:

@@ -1,6 +1,7 @@
 """Who this process is, and whether a process named that way on this host is still alive.
 
-The default instance name is ``host:pid:start``, *start* being the process's start time in
+The default instance name is ``host:pid:start`` (*host* with its process-id namespace on Linux,
+``web-1@4026531836``), *start* being the process's start time in
 whole seconds since the epoch. Locks and runs carry it, so a restarted process can tell that
 the holder of a lock was a process of this host that has died, and take the lock over at once
 instead of waiting ``lock_at_most_for``. The start time guards against a reused pid.
@@ -20,7 +21,14 @@ _IDENTITY = re.compile(r"^(?P<host>.+):(?P<pid>\d+):(?P<start>\d+)$")
 
 
 def hostname() -> str:
-    return socket.gethostname()
+    """Return this host's name, with its process-id namespace when there is one: containers
+    that share a host name (host networking) but not their pids never judge each other's."""
+    name = socket.gethostname()
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return name
+    return f"{name}@{''.join(c for c in namespace if c.isdigit())}"
 
 
 @cache

@@ -257,8 +257,12 @@ class Scheduler:
         except RejectedWork:
             pass  # _on_reject has recorded it and rescheduled the entry
         except RuntimeError:
-            # The pool is shutting down: the firing will not run.
-            self._finish(work.entry, None, reschedule=False)
+            if self.stopping:  # the pool is shut down: the firing will not run
+                self._finish(work.entry, None, reschedule=False)
+                return
+            # No thread could be started (a thread limit, memory): try again later.
+            logger.exception("Could not hand %s to the pool", work.entry.name)
+            self._finish(work.entry, self._retry_time(work.entry), reschedule=True)
 
     def _on_reject(self, item: Work, stats: PoolStats, policy: RejectionPolicy) -> None:
         work: _Work = item.fn  # type: ignore[assignment]  # only _Work is ever submitted

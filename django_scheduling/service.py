@@ -175,10 +175,17 @@ class SchedulerService:
         if self._stopped.is_set():
             return []
         self._stopped.set()
-        with self._start_lock:  # let a start under way finish first
+        wait = self.conf.shutdown_timeout.total_seconds() if timeout is None else timeout
+        # Let a start under way finish first, but not for longer than the shutdown may take:
+        # a start stuck on an unreachable database must not hold up the process's exit.
+        if not self._start_lock.acquire(timeout=wait):
+            logger.warning("Stopping while the scheduler was still starting")
+            return []
+        try:
             if self.scheduler is None:
                 return []
-        wait = self.conf.shutdown_timeout.total_seconds() if timeout is None else timeout
+        finally:
+            self._start_lock.release()
         # Stop dispatching first: a maintenance pass that waits on the database must not keep
         # firings coming after a SIGTERM.
         if self.maintenance is not None:

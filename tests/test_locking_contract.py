@@ -725,9 +725,10 @@ class DatabaseLockProviderTests(LockProviderContract, TransactionTestCase):
     def test_owner_is_host_and_pid_and_follows_a_fork(self) -> None:
         import socket
 
-        from django_scheduling.process import identity
+        from django_scheduling.process import hostname, identity
 
-        host = socket.gethostname()
+        host = hostname()
+        self.assertTrue(host.startswith(socket.gethostname()), host)
         me = identity()
         self.assertTrue(me.startswith(f"{host}:{os.getpid()}:"), me)
         self.assertEqual(self.provider.owner, me)

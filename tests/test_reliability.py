@@ -5,8 +5,10 @@ never releases it, and a database failure is a real one (a table renamed away).
 """
 
 import contextlib
+import socket
 import subprocess
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
@@ -341,12 +343,32 @@ class OutageTests(Base):
         self.addCleanup(service.stop, 5)
         self.assertTrue(ran.wait(5))
         entry = service.scheduler.entries()[0]
-        with table_gone(TaskLock):
+        # A table the firings and the maintenance thread both read: the database "is down".
+        with table_gone(ScheduledTask):
             poll(lambda: entry.payload.failures >= 4, timeout=30)  # backing off 8 s now
             ran.clear()
         back = utcnow()
         self.assertTrue(ran.wait(5), "the task did not run within 5 s of the database's return")
         self.assertLess(utcnow() - back, timedelta(seconds=4))
+
+    @override_settings(SCHEDULING={"HOUSEKEEPING_INTERVAL": "1h"})
+    def test_a_database_that_only_fails_the_firings_leaves_them_to_their_back_off(self):
+        # Reads answer, the lock table does not (think of a read-only failover): the tasks
+        # must not be woken every second.
+        ran = threading.Event()
+        registry = TaskRegistry()
+        definition = registry.add(ran.set, fixed_rate="1s", name="job")
+        service = SchedulerService([definition], tasks=registry)
+        service.start()
+        self.addCleanup(service.stop, 5)
+        self.assertTrue(ran.wait(5))
+        entry = service.scheduler.entries()[0]
+        with table_gone(TaskLock):
+            poll(lambda: entry.payload.failures >= 3, timeout=30, interval=0.02)
+            third = time.monotonic()
+            poll(lambda: entry.payload.failures >= 4, timeout=30, interval=0.02)
+            # The fourth attempt waited out the back-off after the third failure (4 s).
+            self.assertGreater(time.monotonic() - third, 3.0)
 
 
 class DeadHolderTests(TransactionTestCase):
@@ -363,6 +385,8 @@ class DeadHolderTests(TransactionTestCase):
             ("alive", alive),
             ("reused", reused),
             ("elsewhere", "other-host:1:1"),
+            # Same host name, another pid namespace (containers on the host's network).
+            ("other-namespace", f"{socket.gethostname()}@1:1:1"),
             ("custom", "web-1"),
         ):
             TaskLock.objects.create(

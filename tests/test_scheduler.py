@@ -304,5 +304,23 @@ class SchedulerTests(SimpleTestCase):
         with stopping_context(lambda: True):
             self.assertTrue(asyncio.run(task()))
 
+    def test_a_firing_that_no_thread_could_take_is_tried_again(self):
+        _runner, scheduler = self.make()
+        original = scheduler.pool.submit
+        failures = []
+
+        def submit(work, *, label=""):
+            if not failures:
+                failures.append(label)
+                raise RuntimeError("can't start new thread")
+            return original(work, label=label)
+
+        scheduler.pool.submit = submit
+        task = Task(FixedRateTrigger(timedelta(hours=1)))
+        scheduler.add(Entry("job", task))
+        scheduler.start()
+        wait_for(lambda: len(task.runs) == 1)  # after the back-off, not never
+        self.assertEqual(failures, ["job"])
+
     def test_shutdown_requested_is_false_outside_a_stopping_scheduler(self):
         self.assertFalse(shutdown_requested())
