@@ -333,8 +333,9 @@ class OutageTests(Base):
         self.assertIsNotNone(runner.run(entry, clock.now))
         self.assertEqual(calls.count, 1)
 
-    @override_settings(SCHEDULING={"HOUSEKEEPING_INTERVAL": "1h"})
-    def test_tasks_that_back_off_try_again_as_soon_as_the_database_answers(self):
+    def running_every_second(self):
+        """Start a service with one task due every second; return its event and entry once it
+        has run."""
         ran = threading.Event()
         registry = TaskRegistry()
         definition = registry.add(ran.set, fixed_rate="1s", name="job")
@@ -342,7 +343,11 @@ class OutageTests(Base):
         service.start()
         self.addCleanup(service.stop, 5)
         self.assertTrue(ran.wait(5))
-        entry = service.scheduler.entries()[0]
+        return ran, service.scheduler.entries()[0]
+
+    @override_settings(SCHEDULING={"HOUSEKEEPING_INTERVAL": "1h"})
+    def test_tasks_that_back_off_try_again_as_soon_as_the_database_answers(self):
+        ran, entry = self.running_every_second()
         # A table the firings and the maintenance thread both read: the database "is down".
         with table_gone(ScheduledTask):
             poll(lambda: entry.payload.failures >= 4, timeout=30)  # backing off 8 s now
@@ -355,14 +360,7 @@ class OutageTests(Base):
     def test_a_database_that_only_fails_the_firings_leaves_them_to_their_back_off(self):
         # Reads answer, the lock table does not (think of a read-only failover): the tasks
         # must not be woken every second.
-        ran = threading.Event()
-        registry = TaskRegistry()
-        definition = registry.add(ran.set, fixed_rate="1s", name="job")
-        service = SchedulerService([definition], tasks=registry)
-        service.start()
-        self.addCleanup(service.stop, 5)
-        self.assertTrue(ran.wait(5))
-        entry = service.scheduler.entries()[0]
+        _ran, entry = self.running_every_second()
         with table_gone(TaskLock):
             poll(lambda: entry.payload.failures >= 3, timeout=30, interval=0.02)
             third = time.monotonic()
