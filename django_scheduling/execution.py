@@ -36,6 +36,7 @@ from . import history, signals, state
 from .clock import utcnow
 from .conf import SchedulingSettings
 from .context import current_fire_time, firing_context
+from .dbconnection import KeptConnection
 from .decisions import TRIGGER_CHANGED, Run, Skip, decide
 from .keepalive import KeepAlive, KeptAliveLock
 from .locking import LockConfiguration, LockError, LockProvider
@@ -43,8 +44,9 @@ from .models import RunStatus
 from .outbox import Outbox
 from .pool import PoolStats
 from .registry import TaskDefinition
-from .scheduler import Entry, Firing, RunRequest
+from .scheduler import SINGLE, Call, Entry, Firing, Outcome, RunRequest
 from .triggers import Trigger, TriggerState, jitter_offset
+from .writer import EndWriter, Finished
 
 __all__ = ["TaskSpec", "TaskRunner", "current_fire_time"]
 
@@ -101,6 +103,7 @@ class TaskRunner:
         clock: Any = utcnow,
         keepalive: KeepAlive | None = None,
         outbox: Outbox | None = None,
+        writer: EndWriter | None = None,
     ) -> None:
         self.conf = conf
         self.provider = provider
@@ -109,6 +112,10 @@ class TaskRunner:
         self.using = conf.database
         self.keepalive = keepalive
         self.outbox = outbox if outbox is not None else Outbox()
+        #: Records the ends of the runs claimed in batches; without one, every firing goes
+        #: through ``run()``, one at a time.
+        self.writer = writer
+        self._claims_connection = KeptConnection(self.using)
         #: Set when a firing met an unreachable database; the service clears it, and wakes
         #: the entries that back off, once a statement succeeds again.
         self.outage = threading.Event()
@@ -367,6 +374,254 @@ class TaskRunner:
         logger.info("Task %s succeeded in %s", spec.name, _ms(duration))
         return RunStatus.SUCCEEDED, ("", "", ""), duration, None
 
+    # -- firings claimed in batches ------------------------------------------------------------
+
+    def batchable(self, entry: Entry, firing: Firing) -> bool:
+        """Return whether *firing* can be claimed in a batch: a scheduled firing of a locked
+        task, when a writer records the ends and the lock provider takes locks in batches."""
+        spec: TaskSpec = entry.payload
+        return (
+            self.writer is not None
+            and spec.lock_config is not None
+            and isinstance(firing, datetime)
+            and hasattr(self.provider, "lock_many")
+        )
+
+    def run_batch(self, items: list[tuple[Entry, Firing]]) -> list[Outcome]:
+        """Claim the firings *items*, due together, in a few statements whatever their
+        number, and return what becomes of each: a ``Call`` for those this instance runs,
+        the next fire time of the others, ``SINGLE`` for those ``run()`` must handle.
+
+        The path of ``run()``, for many firings at once: read the rows (and the lock rows and
+        the database's clock, in the same statement), decide each, take the locks of those to
+        run, record their starts, claim their fire times, then hand them to the pool; their
+        ends go to the writer, which releases the locks. Never raises.
+        """
+        specs: list[TaskSpec] = [entry.payload for entry, _ in items]
+        outcomes: list[Outcome] = [SINGLE] * len(items)
+        with self._claims_connection.use():
+            try:
+                self._claim_batch(specs, [firing for _, firing in items], outcomes)
+            except Exception as exc:
+                # A failure before the claims: nothing ran, nothing is held. Back off those
+                # not settled yet.
+                for index, (spec, (_, firing)) in enumerate(zip(specs, items, strict=True)):
+                    if outcomes[index] is SINGLE:
+                        outcomes[index] = self._back_off(spec, firing, exc)
+        return outcomes
+
+    def _claim_batch(
+        self, specs: list[TaskSpec], firings: list[Firing], outcomes: list[Outcome]
+    ) -> None:
+        found = state.read_rows([spec.name for spec in specs], using=self.using)
+        now = self.clock()
+        to_run: dict[int, Run] = {}
+        for index, (spec, firing) in enumerate(zip(specs, firings, strict=True)):
+            row = found.rows.get(spec.name)
+            if row is None:
+                continue  # deleted while the scheduler ran: run() creates it again
+            self._database_answered(spec)
+            spec.state = row.state
+            claimed = row.state.last_fire_time
+            if spec.recheck is not None and claimed is not None and claimed >= spec.recheck:
+                spec.recheck = None  # claimed elsewhere since it was found locked
+                self._count_skip(spec, claimed, "already run")
+                outcomes[index] = self._next(spec)
+                continue
+            decision = decide(spec.trigger, spec.described, row, now=now, firing=firing)
+            if isinstance(decision, Skip):
+                if decision.claim is None:  # a paused task's claim needs the lock: run()
+                    outcomes[index] = self._decided_skip(spec, firing, decision)
+                continue
+            to_run[index] = decision
+        if not to_run:
+            return
+        configs = [specs[index].lock_config for index in to_run]
+        absent = {config.name for config in configs if config.name not in found.locks}
+        locks = self.provider.lock_many(configs, now=found.now or now, absent=absent)
+        won: list[tuple[int, Any]] = []
+        for index in to_run:
+            spec = specs[index]
+            lock = locks.get(spec.name)
+            if lock is None:
+                holder = found.locks.get(spec.name)
+                outcomes[index] = self._locked_elsewhere(spec, firings[index], holder)
+            else:
+                spec.recheck = spec.locked_since = spec.locked_holder = None
+                won.append((index, lock))
+        if won:
+            self._start_batch(specs, to_run, won, outcomes)
+
+    def _start_batch(
+        self,
+        specs: list[TaskSpec],
+        decisions: dict[int, Run],
+        won: list[tuple[int, Any]],
+        outcomes: list[Outcome],
+    ) -> None:
+        """Record the starts of the firings *won* (their locks taken), claim their fire times
+        and make each a ``Call``; release the locks of any that cannot run."""
+        started = self.clock()
+        run_ids: list[int | None] = [None] * len(won)
+        try:
+            if self.conf.history:
+                starts = [
+                    (specs[i].name, decisions[i].fire_time, lock.locked_at) for i, lock in won
+                ]
+                run_ids = list(
+                    history.record_starts(
+                        using=self.using,
+                        instance=self.conf.instance_name,
+                        started=started,
+                        runs=starts,
+                    )
+                )
+            claimed = self._claim_many(specs, decisions, won, run_ids, started)
+        except DatabaseError:
+            self._release_unrun([lock for _, lock in won], [r for r in run_ids if r is not None])
+            raise
+        unrun_locks, unrun_ids = [], []
+        for (index, lock), run_id in zip(won, run_ids, strict=True):
+            spec = specs[index]
+            fire_time = decisions[index].fire_time
+            planned = claimed.get(spec.name, False)
+            if planned is False:
+                unrun_locks.append(lock)
+                if run_id is not None:
+                    unrun_ids.append(run_id)
+                self._count_skip(spec, fire_time, "already run")
+                outcomes[index] = self._next(spec)
+                continue
+            spec.state = replace(spec.state, last_fire_time=fire_time)
+            held = self.keepalive.hold(lock, spec.name) if self.keepalive is not None else None
+            if held is None:
+                held = KeptAliveLock(lock, spec.name, None)
+            outcomes[index] = Call(
+                lambda done, spec=spec, fire_time=fire_time, run_id=run_id, held=held, planned=planned: (  # noqa: E501
+                    self._run_claimed(spec, fire_time, run_id, held, planned, done)
+                )
+            )
+        if unrun_locks:
+            self._release_unrun(unrun_locks, unrun_ids)
+
+    def _claim_many(
+        self,
+        specs: list[TaskSpec],
+        decisions: dict[int, Run],
+        won: list[tuple[int, Any]],
+        run_ids: list[int | None],
+        started: datetime,
+    ) -> dict[str, datetime | None]:
+        """Claim the fire times of *won*, one statement per distinct fire time; return the
+        planned next fire time of each claimed one, by name."""
+        groups: dict[datetime, list[tuple[str, str, int | None, datetime | None]]] = {}
+        for (index, _), run_id in zip(won, run_ids, strict=True):
+            spec = specs[index]
+            fire_time = decisions[index].fire_time
+            assert fire_time is not None
+            after = replace(spec.state, last_fire_time=fire_time)
+            planned = self._wake(spec, spec.trigger.next_fire_time(now=started, state=after))
+            groups.setdefault(fire_time, []).append((spec.name, spec.described, run_id, planned))
+        claimed: dict[str, datetime | None] = {}
+        for fire_time, claims in groups.items():
+            count = state.claim_many(fire_time, claims, using=self.using)
+            if count == len(claims):
+                claimed.update((name, planned) for name, _, _, planned in claims)
+                continue
+            # Some were claimed first by another instance, or their trigger was replaced by a
+            # newer deployment. The run id written by the claim tells which are this one's;
+            # with the history off there is none, and a row at this fire time is not counted
+            # as this instance's (at most once, in a race that needs a lock lost meanwhile).
+            rows = state.read_claims([name for name, _, _, _ in claims], using=self.using)
+            for name, _, run_id, planned in claims:
+                if run_id is not None and rows.get(name) == (fire_time, run_id):
+                    claimed[name] = planned
+                elif run_id is None and count and rows.get(name, (None,))[0] == fire_time:
+                    logger.warning(
+                        "Not running %s (scheduled for %s): its claim cannot be told from "
+                        "another instance's with the history off",
+                        name,
+                        fire_time,
+                    )
+        return claimed
+
+    def _release_unrun(self, locks: list[Any], run_ids: list[int]) -> None:
+        """Release the locks of firings that will not run, and remove their run records."""
+        try:
+            if run_ids:
+                history.forget_starts(using=self.using, run_ids=run_ids)
+        except DatabaseError as exc:
+            logger.warning("Could not remove the records of runs that did not run yet: %s", exc)
+            forget = lambda: history.forget_starts(using=self.using, run_ids=run_ids)  # noqa: E731
+            self.outbox.add(f"the removal of {len(run_ids)} run(s) that did not run", forget)
+        try:
+            self.provider.unlock_many(locks)  # type: ignore[attr-defined]
+        except LockError:
+            for lock in locks:
+                if lock.valid:
+                    self.outbox.add(f"the release of the lock of {lock.config.name}", lock.unlock)
+
+    def _run_claimed(
+        self,
+        spec: TaskSpec,
+        fire_time: datetime | None,
+        run_id: int | None,
+        held: KeptAliveLock,
+        planned: datetime | None,
+        done: Any,
+    ) -> None:
+        """Run a firing claimed in a batch (on a worker thread) and hand its end to the
+        writer, which calls ``done`` with the next fire time once it is recorded."""
+        assert self.writer is not None
+        started = self.clock()
+        close_old_connections()
+        with self._counts_lock:
+            self._running[spec.name] = _Running(run_id, held)
+        try:
+            status, error, duration, exc = self._call(spec, fire_time, run_id)
+        finally:
+            with self._counts_lock:
+                self._running.pop(spec.name, None)
+            close_old_connections()
+            # What a task activated on this thread must not leak into the next task on it.
+            translation.deactivate()
+            timezone.deactivate()
+        spec.longest_run = max(spec.longest_run, duration)
+        finished = self.clock()
+        spec.state = replace(spec.state, last_finished=finished)
+        next_time = self._next(spec)
+        row_write = None
+        if spec.trigger.kind == "fixed_delay" or next_time != planned:
+
+            def row_write() -> None:
+                if not state.record_finish(
+                    spec.name,
+                    using=self.using,
+                    seen_fire_time=fire_time,
+                    finished_at=finished,
+                    next_fire_time=next_time,
+                ) and not self._trigger_replaced(spec):
+                    self._lock_lost(spec, run_id, fire_time)
+
+        def written(lost: bool) -> None:
+            if lost or held.lost:
+                self._lock_lost(spec, run_id, fire_time)
+            common = {"task": spec.definition, "scheduled_at": fire_time, "run": run_id}
+            if exc is None:
+                _send(signals.run_succeeded, spec.name, duration=duration, **common)
+            else:
+                _send(signals.run_failed, spec.name, exception=exc, duration=duration, **common)
+            done(next_time)
+
+        end = None
+        if run_id is not None:
+            end = history.Ended(run_id, status, started, finished, error)
+        self.writer.add(Finished(spec.name, end, row_write, held.detach(), written))
+
+    def drain(self, timeout: float | None) -> bool:
+        """Wait until the ends of the runs claimed in batches are recorded."""
+        return self.writer.drain(timeout) if self.writer is not None else True
+
     # -- recording -----------------------------------------------------------------------------
 
     def _record_start(
@@ -546,11 +801,13 @@ class TaskRunner:
             spec.state = replace(spec.state, last_fire_time=fire_time, last_finished=self.clock())
         return self._next(spec)
 
-    def _locked_elsewhere(self, spec: TaskSpec, firing: Firing) -> datetime | None:
+    def _locked_elsewhere(
+        self, spec: TaskSpec, firing: Firing, holder: state.Holder | bool | None = False
+    ) -> datetime | None:
         """The lock is held by another instance (or a process that died)."""
         now = self.clock()
         self._database_answered(spec)
-        self._watch_holder(spec, now)
+        self._watch_holder(spec, now, holder)
         if isinstance(firing, RunRequest):
             # The request stays in the row until a run takes it; it is asked again.
             self._count_skip(spec, None, "locked")
@@ -572,15 +829,21 @@ class TaskRunner:
         spec.recheck = None
         return self._skipped_firing(spec, fire_time, "locked", assume_ran=True)
 
-    def _watch_holder(self, spec: TaskSpec, now: datetime) -> None:
-        """Warn when the lock stays with the same holder for longer than the task ever ran."""
+    def _watch_holder(
+        self, spec: TaskSpec, now: datetime, holder: state.Holder | bool | None = False
+    ) -> None:
+        """Warn when the lock stays with the same holder for longer than the task ever ran.
+
+        *holder* is the lock's row as just read, if the caller read it (``False``: it did not).
+        """
         if spec.locked_since is None:
             spec.locked_since = now
             return
         if now - spec.locked_since <= max(LOCKED_REPORT_AFTER, spec.longest_run):
             return
         spec.locked_since = now
-        holder = state.read_lock_holder(spec.name, using=self.using)
+        if holder is False:
+            holder = state.read_lock_holder(spec.name, using=self.using)
         if holder is not None and holder == spec.locked_holder:
             logger.warning(
                 "%s was skipped: its lock has been held by %s since %s, longer than it ever ran "

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import connections
 from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
 
@@ -12,7 +14,11 @@ from .models import RunStatus, TaskLock, TaskRun
 __all__ = [
     "record_start",
     "record_end",
+    "record_starts",
+    "record_ends",
+    "Ended",
     "forget_start",
+    "forget_starts",
     "flag_lock_lost",
     "record_rejection",
     "mark_interrupted",
@@ -49,9 +55,116 @@ def record_start(
     return run.pk
 
 
+def record_starts(
+    *,
+    using: str,
+    instance: str,
+    started: datetime,
+    runs: list[tuple[str, datetime | None, datetime | None]],
+) -> list[int]:
+    """Record that the runs *runs*, each (task name, fire time, locked at), started, in one
+    statement; return their ids in the same order."""
+    manager = TaskRun.objects.using(using)
+    created = manager.bulk_create(
+        [
+            TaskRun(
+                task_name=name,
+                scheduled_at=fire_time,
+                started_at=started,
+                status=RunStatus.RUNNING,
+                instance=instance,
+                locked_at=locked_at,
+            )
+            for name, fire_time, locked_at in runs
+        ]
+    )
+    if all(run.pk is not None for run in created):
+        return [run.pk for run in created]
+    # MySQL cannot return the ids of a multi-row INSERT: the instance name, the start and the
+    # task name identify each run.
+    found = dict(
+        manager.filter(
+            instance=instance,
+            started_at=started,
+            status=RunStatus.RUNNING,
+            task_name__in=[name for name, _, _ in runs],
+        ).values_list("task_name", "pk")
+    )
+    return [found[name] for name, _, _ in runs]
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a run ended, to record."""
+
+    run_id: int
+    status: str
+    started: datetime
+    finished: datetime
+    error: tuple[str, str, str] = ("", "", "")
+
+
+def record_ends(*, using: str, ends: list[Ended]) -> None:
+    """Record how the runs *ends* ended: the plain successes in one statement per batch, the
+    others one by one."""
+    plain = [end for end in ends if end.status == RunStatus.SUCCEEDED and not any(end.error)]
+    for end in ends:
+        if end.status != RunStatus.SUCCEEDED or any(end.error):
+            record_end(
+                using=using,
+                run_id=end.run_id,
+                status=RunStatus(end.status),
+                started=end.started,
+                finished=end.finished,
+                error=end.error,
+            )
+    conn = connections[using]
+    size = max(1, (conn.features.max_query_params or 2000) // 8)
+    for first in range(0, len(plain), size):
+        _record_successes(conn, plain[first : first + size])
+
+
+def _record_successes(conn: object, ends: list[Ended]) -> None:
+    meta = TaskRun._meta
+    q = conn.ops.quote_name  # type: ignore[attr-defined]
+    pk, status, started, finished, duration = (
+        q(meta.get_field(f).column)
+        for f in ("id", "status", "started_at", "finished_at", "duration")
+    )
+    started_field = meta.get_field("started_at")
+    duration_field = meta.get_field("duration")
+    cases = " ".join(["WHEN %s THEN %s"] * len(ends))
+    is_postgres = conn.vendor == "postgresql"  # type: ignore[attr-defined]
+    time_cast = "::timestamptz" if is_postgres else ""
+    duration_cast = "::interval" if is_postgres else ""
+    params: list[object] = [RunStatus.SUCCEEDED.value]
+    for column_values in (
+        [started_field.get_db_prep_value(end.started, conn) for end in ends],
+        [started_field.get_db_prep_value(end.finished, conn) for end in ends],
+        [duration_field.get_db_prep_value(end.finished - end.started, conn) for end in ends],
+    ):
+        for end, value in zip(ends, column_values, strict=True):
+            params += [end.run_id, value]
+    params += [end.run_id for end in ends]
+    statement = (
+        f"UPDATE {q(meta.db_table)} SET {status} = %s, "
+        f"{started} = CASE {pk} {cases} END{time_cast}, "
+        f"{finished} = CASE {pk} {cases} END{time_cast}, "
+        f"{duration} = CASE {pk} {cases} END{duration_cast} "
+        f"WHERE {pk} IN ({', '.join(['%s'] * len(ends))})"
+    )
+    with conn.cursor() as cursor:  # type: ignore[attr-defined]
+        cursor.execute(statement, params)
+
+
 def forget_start(*, using: str, run_id: int) -> None:
     """Delete the record of a run that did not start after all (its claim failed)."""
-    TaskRun.objects.using(using).filter(pk=run_id, status=RunStatus.RUNNING).delete()
+    forget_starts(using=using, run_ids=[run_id])
+
+
+def forget_starts(*, using: str, run_ids: list[int]) -> None:
+    """Delete the records of runs that did not start after all (their claims failed)."""
+    TaskRun.objects.using(using).filter(pk__in=run_ids, status=RunStatus.RUNNING).delete()
 
 
 def record_end(

@@ -79,6 +79,15 @@ class KeptAliveLock:
             self.lock = extended
             self.due = time.monotonic() + self._interval(extended)
 
+    def detach(self) -> Lock | None:
+        """Stop extending and return the lock, to be released by the caller; ``None`` when it
+        was found lost meanwhile."""
+        with self._mutex:
+            if self._keeper is not None:
+                self._keeper._remove(self)
+            lock, self.lock = self.lock, None
+        return lock
+
     def release(self) -> bool:
         """Stop extending and unlock; return False when the lock was no longer this run's."""
         with self._mutex:

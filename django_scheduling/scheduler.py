@@ -10,6 +10,7 @@ what a firing does (locking, history) is the runner's business, on a worker thre
 
 from __future__ import annotations
 
+import enum
 import heapq
 import itertools
 import logging
@@ -30,6 +31,11 @@ logger = logging.getLogger(__name__)
 
 #: After a runner error, an entry is tried again this long later, doubling up to a minute.
 _RETRY_MIN, _RETRY_MAX = 1.0, 60.0
+#: Firings due at one instant are claimed in batches of at most this many; the first batch's
+#: tasks start while the next one is claimed.
+BATCH_SIZE = 100
+#: Threads that claim batches: one waits on the database while the other works.
+CLAIM_THREADS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,27 @@ class RunRequest:
 
 #: What a firing is for: a fire time of the schedule, or a run asked for outside it.
 Firing = datetime | RunRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A firing that the runner has claimed in a batch: ``run(done)`` runs the task on a
+    worker thread, and ``done(next_time)`` is called once its end is recorded, possibly later
+    and from another thread."""
+
+    run: Callable[[Callable[[datetime | None], None]], None]
+
+
+class Single(enum.Enum):
+    """The runner's answer for a firing of a batch that it leaves to ``Runner.run``."""
+
+    SINGLE = "single"
+
+
+#: What ``Runner.run_batch`` says of each firing: when the entry fires next (it did not run
+#: here), a ``Call`` to run, or ``SINGLE``.
+Outcome = datetime | None | Call | Single
+SINGLE = Single.SINGLE
 
 
 @dataclass(eq=False, slots=True)
@@ -86,6 +113,19 @@ class Runner(Protocol):
     def next_after_rejection(self, entry: Entry, firing: Firing) -> datetime | None: ...
 
 
+class BatchRunner(Runner, Protocol):
+    """A runner that can also claim many firings at once."""
+
+    def batchable(self, entry: Entry, firing: Firing) -> bool:
+        """Return whether *firing* may go in a batch; no I/O."""
+
+    def run_batch(self, items: list[tuple[Entry, Firing]]) -> list[Outcome]:
+        """Claim the firings *items* together; never raise."""
+
+    def drain(self, timeout: float | None) -> bool:
+        """Wait until the ends of the runs started from batches are recorded."""
+
+
 @dataclass
 class _State:
     heap: list[tuple[float, int, int, Entry, Firing]] = field(default_factory=list)
@@ -122,6 +162,16 @@ class Scheduler:
             name=name,
             on_reject=self._on_reject,
         )
+        # A bounded queue keeps its rejection policies for every firing: one at a time.
+        self._batches: WorkerPool | None = None
+        if queue_capacity is None and hasattr(runner, "run_batch"):
+            self._batches = WorkerPool(
+                core_size=0,
+                max_size=CLAIM_THREADS,
+                queue_capacity=None,
+                keep_alive=keep_alive,
+                name=f"{name}-claims",
+            )
         self.stopping = False
         self._state = _State()
         self._cond = threading.Condition()
@@ -195,8 +245,16 @@ class Scheduler:
             self._cond.notify_all()
         if self._dispatcher is not None and self._dispatcher is not threading.current_thread():
             self._dispatcher.join(timeout)
-        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        self.pool.shutdown(wait=True, timeout=remaining)
+
+        def remaining() -> float | None:
+            return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+        if self._batches is not None:
+            # Batches being claimed hand their firings to the pool: wait for them first.
+            self._batches.shutdown(wait=True, timeout=remaining())
+        self.pool.shutdown(wait=True, timeout=remaining())
+        if self._batches is not None:
+            self.runner.drain(remaining())  # type: ignore[attr-defined]
         with self._cond:
             return sorted(entry.name for entry in self._state.entries.values() if entry.running)
 
@@ -224,8 +282,66 @@ class Scheduler:
             due = self._take_due()
             if due is None:
                 return
+            if self._batches is not None:
+                due = self._submit_batches(due)
             for firing in due:
                 self._submit(firing)
+
+    def _submit_batches(self, due: list[_Work]) -> list[_Work]:
+        """Hand the firings the runner can batch to the claim threads, in batches; return
+        the others."""
+        assert self._batches is not None
+        runner: BatchRunner = self.runner  # type: ignore[assignment]
+        batch = [work for work in due if runner.batchable(work.entry, work.firing)]
+        if not batch:
+            return due
+        for first in range(0, len(batch), BATCH_SIZE):
+            chunk = batch[first : first + BATCH_SIZE]
+            try:
+                self._batches.submit(lambda chunk=chunk: self._claim(chunk), label="claims")
+            except RuntimeError:
+                return due  # no claim thread could start: one at a time, in the pool
+        batched = set(map(id, batch))
+        return [work for work in due if id(work) not in batched]
+
+    def _claim(self, chunk: list[_Work]) -> None:
+        """Claim *chunk* (on a claim thread) and hand each firing on as the runner says."""
+        runner: BatchRunner = self.runner  # type: ignore[assignment]
+        try:
+            outcomes = runner.run_batch([(work.entry, work.firing) for work in chunk])
+        except Exception:
+            logger.exception("Claiming %d firings failed", len(chunk))
+            for work in chunk:
+                self._finish(work.entry, self._retry_time(work.entry), reschedule=True)
+            return
+        for work, outcome in zip(chunk, outcomes, strict=True):
+            if isinstance(outcome, Call):
+                self._submit_call(work.entry, outcome)
+            elif outcome is SINGLE:
+                self._submit(work)
+            else:
+                work.entry.failures = 0
+                self._finish(work.entry, outcome, reschedule=True)
+
+    def _submit_call(self, entry: Entry, call: Call) -> None:
+        def done(next_time: datetime | None) -> None:
+            entry.failures = 0
+            self._finish(entry, next_time, reschedule=True)
+
+        def run() -> None:
+            try:
+                with stopping_context(lambda: self.stopping):
+                    call.run(done)
+            except Exception:
+                logger.exception("Running %s failed outside the task itself", entry.name)
+                self._finish(entry, self._retry_time(entry), reschedule=True)
+
+        try:
+            self.pool.submit(run, label=entry.name)
+        except (RuntimeError, RejectedWork):
+            # Claimed already: it must run. No worker could start (a thread limit, or the
+            # pool is shutting down), so the claim thread runs it.
+            run()
 
     def _take_due(self) -> list[_Work] | None:
         """Wait until entries are due and return them; None once the scheduler stops."""

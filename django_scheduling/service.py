@@ -26,6 +26,7 @@ from .locking import LockError, get_lock_provider
 from .outbox import Outbox
 from .registry import TaskDefinition, TaskRegistry, registry
 from .scheduler import Entry, Scheduler
+from .writer import EndWriter
 
 __all__ = ["SchedulerService"]
 
@@ -53,6 +54,7 @@ class SchedulerService:
         self.scheduler: Scheduler | None = None
         self.runner: TaskRunner | None = None
         self.keepalive: KeepAlive | None = None
+        self.writer: EndWriter | None = None
         self.maintenance: maintenance.Maintenance | None = None
         self.outbox = Outbox()
         self.specs: list[TaskSpec] = []
@@ -84,12 +86,20 @@ class SchedulerService:
         core = conf.core_pool_size if self.core_pool_size is None else self.core_pool_size
         most = conf.max_pool_size if self.max_pool_size is None else self.max_pool_size
         self.keepalive = KeepAlive(f"scheduling-keepalive-{os.getpid()}")
+        provider = get_lock_provider()
+        self.writer = EndWriter(
+            using=conf.database,
+            provider=provider,
+            outbox=self.outbox,
+            name=f"scheduling-writer-{os.getpid()}",
+        )
         self.runner = TaskRunner(
             conf=conf,
-            provider=get_lock_provider(),
+            provider=provider,
             default_zone=timezone.get_default_timezone(),
             keepalive=self.keepalive,
             outbox=self.outbox,
+            writer=self.writer,
         )
         self.specs = self.runner.specs(self.definitions, complete=self.complete)
         # A process of this host that died holding locks (a restarted dev server) frees them
@@ -107,6 +117,7 @@ class SchedulerService:
         state.publish_next_fire_times(first_times, using=conf.database)
         close_old_connections()
         self.keepalive.start()  # before the first firing can run
+        self.writer.start()
         self.scheduler.start()
         self.maintenance = maintenance.Maintenance(
             conf=conf,
@@ -202,6 +213,8 @@ class SchedulerService:
                 self.runner.interrupted(still_running)
             except (DatabaseError, LockError) as exc:
                 logger.warning("Could not mark the interrupted runs: %s", exc)
+        if self.writer is not None:
+            self.writer.stop(timeout=min(wait, 5.0))
         if self.maintenance is not None:
             self.maintenance.stop(timeout=min(wait, 2.0))  # a daemon thread: do not wait long
         try:

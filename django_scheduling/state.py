@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import IntegrityError
-from django.db.models import Q
+from django.db import IntegrityError, connections
+from django.db.models import DateTimeField, OuterRef, Q, Subquery
+from django.db.models.expressions import RawSQL
 
 from .models import ScheduledTask, TaskLock
 from .triggers import Trigger, TriggerState
@@ -29,6 +30,10 @@ __all__ = [
     "record_finish",
     "read_lock_holder",
     "ensure_row",
+    "read_rows",
+    "Rows",
+    "claim_many",
+    "read_claims",
 ]
 
 
@@ -254,3 +259,125 @@ def ensure_row(name: str, trigger: Trigger, *, now: datetime, using: str) -> Non
         )
     except IntegrityError:
         pass  # created by another instance meanwhile
+
+
+def _database_now(using: str) -> RawSQL | None:
+    """Return the database server's clock as SQL, or ``None`` on SQLite (this process's)."""
+    vendor = connections[using].vendor
+    if vendor == "mysql":
+        return RawSQL("UTC_TIMESTAMP(6)", [], output_field=DateTimeField())
+    if vendor == "postgresql":
+        return RawSQL("now()", [], output_field=DateTimeField())
+    return None
+
+
+Holder = tuple[datetime, str, datetime]
+
+
+@dataclass(frozen=True)
+class Rows:
+    """What ``read_rows`` found: the database's clock (``None`` on SQLite), the task rows
+    that exist, and the (locked_at, locked_by, lock_until) of the lock rows that exist."""
+
+    now: datetime | None
+    rows: dict[str, TaskRow]
+    locks: dict[str, Holder]
+
+
+def read_rows(names: list[str], *, using: str) -> Rows:
+    """Return the rows of *names*, their locks' rows and the database's clock, in one
+    statement."""
+    locks = TaskLock.objects.using(using).filter(name=OuterRef("name")).order_by()
+    query = (
+        ScheduledTask.objects.using(using)
+        .filter(name__in=names)
+        .order_by()
+        .annotate(
+            held_at=Subquery(locks.values("locked_at")[:1]),
+            held_by=Subquery(locks.values("locked_by")[:1]),
+            held_until=Subquery(locks.values("lock_until")[:1]),
+        )
+    )
+    fields = ["name", *_ROW_FIELDS, "recover_run__scheduled_at", "held_at", "held_by", "held_until"]
+    now_sql = _database_now(using)
+    if now_sql is not None:
+        query = query.annotate(database_now=now_sql)
+        fields.append("database_now")
+    rows: dict[str, TaskRow] = {}
+    holders: dict[str, Holder] = {}
+    now: datetime | None = None
+    for values in query.values_list(*fields):
+        name, anchor, last_fire, last_finished, paused, trigger, requested, last_run = values[:8]
+        recover, fire, held_at, held_by, held_until = values[8:13]
+        if held_by is not None:
+            holders[name] = (held_at, held_by, held_until)
+        if now_sql is not None:
+            now = values[13]
+        rows[name] = TaskRow(
+            TriggerState(anchor, last_fire, last_finished),
+            paused,
+            trigger,
+            requested,
+            last_run,
+            recover,
+            fire,
+        )
+    return Rows(now, rows, holders)
+
+
+def claim_many(
+    fire_time: datetime,
+    claims: list[tuple[str, str, int | None, datetime | None]],
+    *,
+    using: str,
+) -> int:
+    """Claim *fire_time* for each (name, trigger, run id, next fire time) of *claims*, in one
+    statement, as ``claim()`` does for one; return how many rows it moved.
+
+    When that is fewer than the claims, ``read_claims`` tells which ones are the caller's.
+    """
+    if not claims:
+        return 0
+    conn = connections[using]
+    q = conn.ops.quote_name
+    meta = ScheduledTask._meta
+    column = {f: q(meta.get_field(f).column) for f in ("name", "trigger", "last_fire_time")}
+    run_column = q(meta.get_field("last_run").column)
+    next_column = q(meta.get_field("next_fire_time").column)
+    field = meta.get_field("last_fire_time")
+    value = field.get_db_prep_value(fire_time, conn)
+    name_sql = ", ".join(["%s"] * len(claims))
+    trigger_cases = " ".join(["WHEN %s THEN %s"] * len(claims))
+    run_cases = " ".join(["WHEN %s THEN %s"] * len(claims))
+    next_cases = " ".join(["WHEN %s THEN %s"] * len(claims))
+    cast = "::timestamptz" if conn.vendor == "postgresql" else ""
+    big = "::bigint" if conn.vendor == "postgresql" else ""
+    statement = (
+        f"UPDATE {q(meta.db_table)} SET {column['last_fire_time']} = %s, "
+        f"{run_column} = CASE {column['name']} {run_cases} END{big}, "
+        f"{next_column} = CASE {column['name']} {next_cases} END{cast} "
+        f"WHERE {column['name']} IN ({name_sql}) "
+        f"AND {column['trigger']} = CASE {column['name']} {trigger_cases} END "
+        f"AND ({column['last_fire_time']} IS NULL OR {column['last_fire_time']} < %s)"
+    )
+    params: list[object] = [value]
+    for name, _, run_id, _ in claims:
+        params += [name, run_id]
+    for name, _, _, next_time in claims:
+        params += [name, field.get_db_prep_value(next_time, conn)]
+    params += [name for name, _, _, _ in claims]
+    for name, trigger, _, _ in claims:
+        params += [name, trigger]
+    params.append(value)
+    with conn.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.rowcount
+
+
+def read_claims(names: list[str], *, using: str) -> dict[str, tuple[datetime | None, int | None]]:
+    """Return the (last fire time, last run id) of the rows of *names*."""
+    rows = ScheduledTask.objects.using(using).filter(name__in=names).order_by()
+    return {
+        name: (fire, run)
+        for name, fire, run in rows.values_list("name", "last_fire_time", "last_run_id")
+    }

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -186,6 +187,144 @@ class DatabaseLockProvider:
         locked_at, lock_until = times
         logger.debug("Acquired lock %r until %s as %s", config.name, lock_until, owner)
         return _DatabaseLock(self, owner, config, locked_at=locked_at, lock_until=lock_until)
+
+    def lock_many(
+        self,
+        configs: list[LockConfiguration],
+        *,
+        now: datetime,
+        absent: Collection[str] = (),
+    ) -> dict[str, Lock]:
+        """Take every lock of *configs* that is free at *now*, in one statement whatever their
+        number, and return the locks taken, by name. *absent* names the locks whose row did
+        not exist when the caller looked: they are inserted, in one more statement. One more
+        tells which ones this call took when another instance took some at the same moment.
+
+        *now* is the database's clock, read by the caller's statement just before (this
+        process's clock on SQLite). It stands for the time of the acquisition: a lock that
+        expires between that read and this statement counts as held (never free too early),
+        and the locks taken, which all have ``locked_at`` *now*, expire that little bit
+        sooner. Raise ``LockError`` if the database fails: then none is taken.
+        """
+        if not configs:
+            return {}
+        owner = self.owner
+        by_name = {config.name: config for config in configs}
+        taken: set[str] = set()
+        try:
+            sql = _Sql(self._connection(configs[0].name, owner))
+            at = sql.value(now)
+            groups: dict[timedelta, list[str]] = {}
+            for config in configs:
+                if config.name not in absent:
+                    groups.setdefault(config.lock_at_most_for, []).append(config.name)
+            for most, names in groups.items():
+                taken |= self._take_many(sql, names, owner, at, sql.value(now + most))
+            missing = [by_name[name] for name in absent if name in by_name]
+            if missing:
+                # Rows that do not exist yet are inserted: once per name and database.
+                taken |= self._insert_many(sql, missing, owner, now)
+        except DatabaseError as exc:
+            if _code(exc) in _MYSQL_CONFLICT | _POSTGRES_CONFLICT | {_POSTGRES_LOCK_TIMEOUT}:
+                # A concurrent locker, or a row another transaction keeps locked: as in lock(),
+                # held elsewhere. The statement rolled back, so nothing is taken.
+                logger.warning("%d locks were not taken: %s", len(configs) - len(taken), exc)
+            else:
+                # Locks an earlier statement took here stay held until they expire: the
+                # database failed, and no task may run without its lock.
+                raise self._error("take", f"{len(configs)} locks", exc) from exc
+        return {
+            name: _DatabaseLock(
+                self,
+                owner,
+                by_name[name],
+                locked_at=now,
+                lock_until=now + by_name[name].lock_at_most_for,
+            )
+            for name in taken
+        }
+
+    def _take_many(self, sql: _Sql, names: list[str], owner: str, at: Any, until: Any) -> set[str]:
+        placeholders = ", ".join(["%s"] * len(names))
+        statement = (
+            f"UPDATE {sql.table} SET {sql.until} = %s, {sql.at} = %s, {sql.by} = %s "
+            f"WHERE {sql.name} IN ({placeholders}) AND {sql.until} <= %s"
+        )
+        count = self._execute(sql, statement, [until, at, owner, *names, at])
+        if count == len(names):
+            return set(names)
+        return self._mine(sql, names, owner, at) if count else set()
+
+    def _insert_many(
+        self, sql: _Sql, configs: list[LockConfiguration], owner: str, now: datetime
+    ) -> set[str]:
+        ignore = {"mysql": "INSERT IGNORE", "sqlite": "INSERT OR IGNORE"}.get(sql.vendor, "INSERT")
+        conflict = " ON CONFLICT DO NOTHING" if sql.vendor == "postgresql" else ""
+        rows = ", ".join(["(%s, %s, %s, %s)"] * len(configs))
+        params: list[Any] = []
+        for config in configs:
+            params += [config.name, sql.value(now + config.lock_at_most_for), sql.value(now), owner]
+        statement = (
+            f"{ignore} INTO {sql.table} ({sql.name}, {sql.until}, {sql.at}, {sql.by}) "
+            f"VALUES {rows}{conflict}"
+        )
+        count = self._execute(sql, statement, params)
+        names = [config.name for config in configs]
+        if count == len(names):
+            return set(names)
+        return self._mine(sql, names, owner, sql.value(now)) if count else set()
+
+    def _mine(self, sql: _Sql, names: list[str], owner: str, at: Any) -> set[str]:
+        """Return which of *names* this owner locked at *at*."""
+        placeholders = ", ".join(["%s"] * len(names))
+        statement = (
+            f"SELECT {sql.name} FROM {sql.table} WHERE {sql.name} IN ({placeholders}) "
+            f"AND {sql.by} = %s AND {sql.at} = %s"
+        )
+        with sql.conn.cursor() as cursor:
+            cursor.execute(statement, [*names, owner, at])
+            return {row[0] for row in cursor.fetchall()}
+
+    def unlock_many(self, locks: list[Lock]) -> set[str]:
+        """Release *locks* (handles of this provider), each not before its
+        ``lock_at_least_for``, in one statement per acquisition time; return the names of
+        those that were no longer held by their handle (see ``Lock.unlock``).
+
+        Raise ``LockError`` if the database fails; the handles then stay usable.
+        """
+        mine = [lock for lock in locks if isinstance(lock, _DatabaseLock)]
+        for lock in mine:
+            lock._check_valid()
+        lost: set[str] = set()
+        groups: dict[tuple[str, datetime, datetime], list[_DatabaseLock]] = {}
+        for lock in mine:
+            groups.setdefault((lock.owner, lock.locked_at, lock._least_until), []).append(lock)
+        try:
+            sql = _Sql(self._connection(mine[0].config.name, mine[0].owner)) if mine else None
+            for (owner, locked_at, least_until), group in groups.items():
+                assert sql is not None
+                names = [lock.config.name for lock in group]
+                value, value_params = sql.later_of_now_and(least_until)
+                placeholders = ", ".join(["%s"] * len(names))
+                statement = (
+                    f"UPDATE {sql.table} SET {sql.until} = {value} WHERE {sql.name} IN "
+                    f"({placeholders}) AND {sql.by} = %s AND {sql.at} = %s"
+                )
+                at = sql.value(locked_at)
+                count = self._execute(sql, statement, [*value_params, *names, owner, at])
+                if count != len(names):
+                    lost |= set(names) - self._mine(sql, names, owner, at)
+                for lock in group:
+                    lock._valid = False
+        except DatabaseError as exc:
+            raise self._error("release", f"{len(mine)} locks", exc) from exc
+        for name in sorted(lost):
+            logger.warning(
+                "Lock %r was no longer held by this instance when it was released: it expired "
+                "and was taken again, or its row was deleted; holders may have overlapped",
+                name,
+            )
+        return lost
 
     def _upsert(
         self, sql: _Sql, config: LockConfiguration, owner: str

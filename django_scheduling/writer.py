@@ -1,0 +1,156 @@
+"""Record the ends of runs and release their locks in batches, on a thread of its own.
+
+A run that the claims of a batch started (see ``execution.TaskRunner.run_batch``) ends on a
+worker thread, which hands its end here and moves on to the next task. This thread takes every
+end waiting, and writes them in a few statements: the history rows of the successes in one,
+each failure in one, the task rows that need it one by one (a fixed-delay task's finish, a run
+that overran its next fire time), then releases all their locks in one. The order matters: a
+lock is released only once its run's end is stored, so the next holder sees it. A database
+error keeps the writes in the outbox, as for a single firing: the runs happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import DatabaseError
+
+from . import history
+from .dbconnection import KeptConnection
+from .locking import Lock, LockError
+from .outbox import Outbox
+
+__all__ = ["EndWriter", "Finished"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Finished:
+    """A run that ended: its history end (``None`` with the history off), the write of its
+    task row if it needs one, its lock (``None`` when it was lost while it ran), and what to
+    do once all that is written: ``done(lost)``, *lost* telling whether the release found
+    the lock taken by another holder."""
+
+    name: str
+    end: history.Ended | None
+    row_write: Callable[[], None] | None
+    lock: Lock | None
+    done: Callable[[bool], None]
+
+
+class EndWriter:
+    """Write the ends of runs in batches, then release their locks."""
+
+    def __init__(self, *, using: str, provider: object, outbox: Outbox, name: str) -> None:
+        self.using = using
+        self.provider = provider
+        self.outbox = outbox
+        self._connection = KeptConnection(using)
+        self._items: list[Finished] = []
+        self._cond = threading.Condition()
+        self._busy = False
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, item: Finished) -> None:
+        with self._cond:
+            if self._stopped and not self._thread.is_alive():
+                stopped = True
+            else:
+                stopped = False
+                self._items.append(item)
+                self._cond.notify_all()
+        if stopped:  # after the thread ended (a shutdown that timed out): write it here
+            self._write([item])
+
+    def drain(self, timeout: float | None) -> bool:
+        """Wait until every end handed in so far is written; return whether they all were."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._items and not self._busy, timeout)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Write what is waiting and end the thread."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._items or self._stopped)
+                if not self._items:
+                    return
+                items, self._items = self._items, []
+                self._busy = True
+            try:
+                self._write(items)
+            except Exception:
+                logger.exception("Recording the ends of %d run(s) failed", len(items))
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _write(self, items: list[Finished]) -> None:
+        with self._connection.use():
+            self._write_ends([item.end for item in items if item.end is not None])
+            for item in items:
+                if item.row_write is not None:
+                    self._keep_trying(f"the end of {item.name}'s run in its row", item.row_write)
+            lost = self._release([item.lock for item in items if item.lock is not None])
+        for item in items:
+            try:
+                item.done(item.name in lost)
+            except Exception:
+                logger.exception("Finishing the run of %s failed", item.name)
+
+    def _write_ends(self, ends: list[history.Ended]) -> None:
+        if not ends:
+            return
+        try:
+            history.record_ends(using=self.using, ends=ends)
+        except DatabaseError as exc:
+            logger.error(
+                "%d run(s) ended but could not be recorded: the database is unavailable (%s). "
+                "Recording them when the database is back.",
+                len(ends),
+                exc,
+            )
+            for end in ends:
+                self.outbox.add(
+                    f"the end of run {end.run_id}",
+                    lambda end=end: history.record_ends(using=self.using, ends=[end]),
+                )
+
+    def _keep_trying(self, what: str, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except DatabaseError as exc:
+            logger.error("Could not record %s yet (%s); trying again later", what, exc)
+            self.outbox.add(what, write)
+
+    def _release(self, locks: list[Lock]) -> set[str]:
+        if not locks:
+            return set()
+        unlock_many = getattr(self.provider, "unlock_many", None)
+        try:
+            if unlock_many is not None:
+                return set(unlock_many(locks))
+            return {lock.config.name for lock in locks if lock.unlock() is False}
+        except LockError:
+            # Release them when the database answers again, rather than leave them held, by
+            # this very instance, until lock_at_most_for.
+            logger.warning("Could not release %d lock(s); trying again later", len(locks))
+            for lock in locks:
+                if lock.valid:
+                    self.outbox.add(f"the release of the lock of {lock.config.name}", lock.unlock)
+            return set()
