@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone, translation
 
 from . import history, signals, state
@@ -438,48 +438,61 @@ class TaskRunner:
             return
         configs = [specs[index].lock_config for index in to_run]
         absent = {config.name for config in configs if config.name not in found.locks}
-        locks = self.provider.lock_many(configs, now=found.now or now, absent=absent)
-        won: list[tuple[int, Any]] = []
+        # One commit for the locks, the runs' records and the claims: all or none.
+        with transaction.atomic(using=self.using):
+            locks = self.provider.lock_many(
+                configs, now=found.now or now, absent=absent, joined=True
+            )
+            won = [
+                (index, locks[specs[index].name]) for index in to_run if specs[index].name in locks
+            ]
+            run_ids: list[int | None] = []
+            claimed: dict[str, datetime | None] = {}
+            if won:
+                started = self.clock()
+                run_ids, claimed = self._record_and_claim(specs, to_run, won, started)
         for index in to_run:
             spec = specs[index]
-            lock = locks.get(spec.name)
-            if lock is None:
+            if spec.name not in locks:
                 holder = found.locks.get(spec.name)
                 outcomes[index] = self._locked_elsewhere(spec, firings[index], holder)
             else:
                 spec.recheck = spec.locked_since = spec.locked_holder = None
-                won.append((index, lock))
         if won:
-            self._start_batch(specs, to_run, won, outcomes)
+            self._start_batch(specs, to_run, won, run_ids, claimed, outcomes)
+
+    def _record_and_claim(
+        self,
+        specs: list[TaskSpec],
+        decisions: dict[int, Run],
+        won: list[tuple[int, Any]],
+        started: datetime,
+    ) -> tuple[list[int | None], dict[str, datetime | None]]:
+        """Record the starts of the firings *won* (their locks taken) and claim their fire
+        times; return the run ids and the planned next fire time of each claimed one."""
+        run_ids: list[int | None] = [None] * len(won)
+        if self.conf.history:
+            starts = [(specs[i].name, decisions[i].fire_time, lock.locked_at) for i, lock in won]
+            run_ids = list(
+                history.record_starts(
+                    using=self.using,
+                    instance=self.conf.instance_name,
+                    started=started,
+                    runs=starts,
+                )
+            )
+        return run_ids, self._claim_many(specs, decisions, won, run_ids, started)
 
     def _start_batch(
         self,
         specs: list[TaskSpec],
         decisions: dict[int, Run],
         won: list[tuple[int, Any]],
+        run_ids: list[int | None],
+        claimed: dict[str, datetime | None],
         outcomes: list[Outcome],
     ) -> None:
-        """Record the starts of the firings *won* (their locks taken), claim their fire times
-        and make each a ``Call``; release the locks of any that cannot run."""
-        started = self.clock()
-        run_ids: list[int | None] = [None] * len(won)
-        try:
-            if self.conf.history:
-                starts = [
-                    (specs[i].name, decisions[i].fire_time, lock.locked_at) for i, lock in won
-                ]
-                run_ids = list(
-                    history.record_starts(
-                        using=self.using,
-                        instance=self.conf.instance_name,
-                        started=started,
-                        runs=starts,
-                    )
-                )
-            claimed = self._claim_many(specs, decisions, won, run_ids, started)
-        except DatabaseError:
-            self._release_unrun([lock for _, lock in won], [r for r in run_ids if r is not None])
-            raise
+        """Make each claimed firing of *won* a ``Call``; release the locks of the others."""
         unrun_locks, unrun_ids = [], []
         for (index, lock), run_id in zip(won, run_ids, strict=True):
             spec = specs[index]
@@ -589,7 +602,10 @@ class TaskRunner:
         spec.longest_run = max(spec.longest_run, duration)
         finished = self.clock()
         spec.state = replace(spec.state, last_finished=finished)
-        next_time = self._next(spec)
+        if planned is not None and finished < planned and spec.trigger.kind != "fixed_delay":
+            next_time: datetime | None = planned  # what _next() says while it is ahead
+        else:
+            next_time = self._next(spec)
         row_write = None
         if spec.trigger.kind == "fixed_delay" or next_time != planned:
 

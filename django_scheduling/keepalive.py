@@ -114,6 +114,7 @@ class KeepAlive:
         self._held: set[KeptAliveLock] = set()
         self._cond = threading.Condition()
         self._stopped = False
+        self._wake_at: float | None = None  # when the thread wakes next (None: when told)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def start(self) -> None:
@@ -137,7 +138,11 @@ class KeepAlive:
     def _add(self, held: KeptAliveLock) -> None:
         with self._cond:
             self._held.add(held)
-            self._cond.notify()
+            # Wake the thread only when this lock is due before it would wake anyway: a burst
+            # of a thousand runs must not make it scan every lock a thousand times.
+            if self._wake_at is None or held.due < self._wake_at:
+                self._wake_at = held.due
+                self._cond.notify()
 
     def _remove(self, held: KeptAliveLock) -> None:
         with self._cond:
@@ -154,6 +159,7 @@ class KeepAlive:
                     if due:
                         break
                     earliest = min((held.due for held in self._held), default=None)
+                    self._wake_at = earliest
                     self._cond.wait(None if earliest is None else earliest - now)
                 if self._stopped:
                     return

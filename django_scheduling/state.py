@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import IntegrityError, connections
-from django.db.models import DateTimeField, OuterRef, Q, Subquery
-from django.db.models.expressions import RawSQL
+from django.db.models import Q
 
-from .models import ScheduledTask, TaskLock
+from .dbvalues import aware, datetime_adapter
+from .models import ScheduledTask, TaskLock, TaskRun
 from .triggers import Trigger, TriggerState
 
 __all__ = [
@@ -261,16 +262,6 @@ def ensure_row(name: str, trigger: Trigger, *, now: datetime, using: str) -> Non
         pass  # created by another instance meanwhile
 
 
-def _database_now(using: str) -> RawSQL | None:
-    """Return the database server's clock as SQL, or ``None`` on SQLite (this process's)."""
-    vendor = connections[using].vendor
-    if vendor == "mysql":
-        return RawSQL("UTC_TIMESTAMP(6)", [], output_field=DateTimeField())
-    if vendor == "postgresql":
-        return RawSQL("now()", [], output_field=DateTimeField())
-    return None
-
-
 Holder = tuple[datetime, str, datetime]
 
 
@@ -284,43 +275,56 @@ class Rows:
     locks: dict[str, Holder]
 
 
+_DATABASE_NOW = {"mysql": "UTC_TIMESTAMP(6)", "postgresql": "now()"}
+
+
 def read_rows(names: list[str], *, using: str) -> Rows:
     """Return the rows of *names*, their locks' rows and the database's clock, in one
     statement."""
-    locks = TaskLock.objects.using(using).filter(name=OuterRef("name")).order_by()
-    query = (
-        ScheduledTask.objects.using(using)
-        .filter(name__in=names)
-        .order_by()
-        .annotate(
-            held_at=Subquery(locks.values("locked_at")[:1]),
-            held_by=Subquery(locks.values("locked_by")[:1]),
-            held_until=Subquery(locks.values("lock_until")[:1]),
-        )
+    conn = connections[using]
+    q = conn.ops.quote_name
+    task, run, lock = ScheduledTask._meta, TaskRun._meta, TaskLock._meta
+
+    def column(meta: Any, field: str, table: str) -> str:
+        return f"{table}.{q(meta.get_field(field).column)}"
+
+    fields = [column(task, f, "t") for f in ("name", "anchor", "last_fire_time")]
+    fields += [column(task, f, "t") for f in ("last_finished_at", "paused", "trigger")]
+    fields += [column(task, f, "t") for f in ("run_requested_at", "last_run", "recover_run")]
+    fields += [column(run, "scheduled_at", "r")]
+    fields += [column(lock, f, "l") for f in ("locked_at", "locked_by", "lock_until")]
+    database_now = _DATABASE_NOW.get(conn.vendor)
+    if database_now is not None:
+        fields.append(database_now)
+    statement = (
+        f"SELECT {', '.join(fields)} FROM {q(task.db_table)} t "
+        f"LEFT JOIN {q(run.db_table)} r ON r.{q(run.pk.column)} = "
+        f"{column(task, 'recover_run', 't')} "
+        f"LEFT JOIN {q(lock.db_table)} l "
+        f"ON {column(lock, 'name', 'l')} = {column(task, 'name', 't')} "
+        f"WHERE {column(task, 'name', 't')} IN ({', '.join(['%s'] * len(names))})"
     )
-    fields = ["name", *_ROW_FIELDS, "recover_run__scheduled_at", "held_at", "held_by", "held_until"]
-    now_sql = _database_now(using)
-    if now_sql is not None:
-        query = query.annotate(database_now=now_sql)
-        fields.append("database_now")
+    with conn.cursor() as cursor:
+        cursor.execute(statement, names)
+        found = cursor.fetchall()
     rows: dict[str, TaskRow] = {}
     holders: dict[str, Holder] = {}
     now: datetime | None = None
-    for values in query.values_list(*fields):
+    for values in found:
         name, anchor, last_fire, last_finished, paused, trigger, requested, last_run = values[:8]
         recover, fire, held_at, held_by, held_until = values[8:13]
         if held_by is not None:
-            holders[name] = (held_at, held_by, held_until)
-        if now_sql is not None:
-            now = values[13]
+            holders[name] = (aware(held_at), held_by, aware(held_until))
+        if database_now is not None:
+            now = aware(values[13])
         rows[name] = TaskRow(
-            TriggerState(anchor, last_fire, last_finished),
-            paused,
+            TriggerState(aware(anchor), aware(last_fire), aware(last_finished)),
+            bool(paused),
             trigger,
-            requested,
+            aware(requested),
             last_run,
             recover,
-            fire,
+            aware(fire),
         )
     return Rows(now, rows, holders)
 
@@ -344,8 +348,8 @@ def claim_many(
     column = {f: q(meta.get_field(f).column) for f in ("name", "trigger", "last_fire_time")}
     run_column = q(meta.get_field("last_run").column)
     next_column = q(meta.get_field("next_fire_time").column)
-    field = meta.get_field("last_fire_time")
-    value = field.get_db_prep_value(fire_time, conn)
+    adapt = datetime_adapter(conn.vendor)
+    value = adapt(fire_time)
     name_sql = ", ".join(["%s"] * len(claims))
     trigger_cases = " ".join(["WHEN %s THEN %s"] * len(claims))
     run_cases = " ".join(["WHEN %s THEN %s"] * len(claims))
@@ -364,7 +368,7 @@ def claim_many(
     for name, _, run_id, _ in claims:
         params += [name, run_id]
     for name, _, _, next_time in claims:
-        params += [name, field.get_db_prep_value(next_time, conn)]
+        params += [name, adapt(next_time)]
     params += [name for name, _, _, _ in claims]
     for name, trigger, _, _ in claims:
         params += [name, trigger]

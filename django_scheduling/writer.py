@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
 from . import history
 from .dbconnection import KeptConnection
@@ -102,16 +102,37 @@ class EndWriter:
 
     def _write(self, items: list[Finished]) -> None:
         with self._connection.use():
-            self._write_ends([item.end for item in items if item.end is not None])
-            for item in items:
-                if item.row_write is not None:
-                    self._keep_trying(f"the end of {item.name}'s run in its row", item.row_write)
-            lost = self._release([item.lock for item in items if item.lock is not None])
+            ends = [item.end for item in items if item.end is not None]
+            locks = [item.lock for item in items if item.lock is not None]
+            lost: set[str] | None = None
+            if not any(item.row_write for item in items):
+                lost = self._write_together(ends, locks)
+            if lost is None:  # one by one, so that each write that fails waits on its own
+                self._write_ends(ends)
+                for item in items:
+                    if item.row_write is not None:
+                        what = f"the end of {item.name}'s run in its row"
+                        self._keep_trying(what, item.row_write)
+                lost = self._release(locks)
         for item in items:
             try:
                 item.done(item.name in lost)
             except Exception:
                 logger.exception("Finishing the run of %s failed", item.name)
+
+    def _write_together(self, ends: list[history.Ended], locks: list[Lock]) -> set[str] | None:
+        """Record *ends* and release *locks* in one commit; return the names of the locks
+        found lost, or ``None`` if it failed (nothing was written)."""
+        unlock_many = getattr(self.provider, "unlock_many", None)
+        if unlock_many is None:
+            return None
+        try:
+            with transaction.atomic(using=self.using):
+                if ends:
+                    history.record_ends(using=self.using, ends=ends)
+                return set(unlock_many(locks, joined=True)) if locks else set()
+        except (DatabaseError, LockError):
+            return None
 
     def _write_ends(self, ends: list[history.Ended]) -> None:
         if not ends:

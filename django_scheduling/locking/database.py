@@ -89,6 +89,8 @@ class _Sql:
         self.vendor = conn.vendor
         self.db_time = conn.vendor in ("mysql", "postgresql")
         self.client_now = utcnow()
+        #: The statements run in the caller's transaction and commit with it.
+        self.joined = False
 
     def value(self, moment: datetime) -> Any:
         moment = moment if settings.USE_TZ else moment.astimezone(UTC).replace(tzinfo=None)
@@ -194,6 +196,7 @@ class DatabaseLockProvider:
         *,
         now: datetime,
         absent: Collection[str] = (),
+        joined: bool = False,
     ) -> dict[str, Lock]:
         """Take every lock of *configs* that is free at *now*, in one statement whatever their
         number, and return the locks taken, by name. *absent* names the locks whose row did
@@ -205,6 +208,10 @@ class DatabaseLockProvider:
         expires between that read and this statement counts as held (never free too early),
         and the locks taken, which all have ``locked_at`` *now*, expire that little bit
         sooner. Raise ``LockError`` if the database fails: then none is taken.
+
+        With *joined*, the statements run in the transaction of the caller's ``atomic()``
+        block on this thread's connection, and take effect when it commits; the scheduler
+        takes a batch's locks, records its runs and claims its fire times in one commit.
         """
         if not configs:
             return {}
@@ -212,7 +219,8 @@ class DatabaseLockProvider:
         by_name = {config.name: config for config in configs}
         taken: set[str] = set()
         try:
-            sql = _Sql(self._connection(configs[0].name, owner))
+            sql = self._joined_sql(configs[0].name, owner) if joined else None
+            sql = sql or _Sql(self._connection(configs[0].name, owner))
             at = sql.value(now)
             groups: dict[timedelta, list[str]] = {}
             for config in configs:
@@ -225,7 +233,8 @@ class DatabaseLockProvider:
                 # Rows that do not exist yet are inserted: once per name and database.
                 taken |= self._insert_many(sql, missing, owner, now)
         except DatabaseError as exc:
-            if _code(exc) in _MYSQL_CONFLICT | _POSTGRES_CONFLICT | {_POSTGRES_LOCK_TIMEOUT}:
+            conflict = _code(exc) in _MYSQL_CONFLICT | _POSTGRES_CONFLICT | {_POSTGRES_LOCK_TIMEOUT}
+            if conflict and not joined:
                 # A concurrent locker, or a row another transaction keeps locked: as in lock(),
                 # held elsewhere. The statement rolled back, so nothing is taken.
                 logger.warning("%d locks were not taken: %s", len(configs) - len(taken), exc)
@@ -285,7 +294,22 @@ class DatabaseLockProvider:
             cursor.execute(statement, [*names, owner, at])
             return {row[0] for row in cursor.fetchall()}
 
-    def unlock_many(self, locks: list[Lock]) -> set[str]:
+    def _joined_sql(self, name: str, owner: str) -> _Sql:
+        """Return the statements' pieces on this thread's connection, inside the caller's
+        transaction (see ``lock_many``)."""
+        conn = connections[self.using]
+        if not conn.in_atomic_block:
+            raise RuntimeError("joined lock statements need an atomic() block")
+        self._check(conn, name, owner)
+        sql = _Sql(conn)
+        sql.joined = True
+        if conn.vendor == "postgresql":
+            milliseconds = max(1, self.lock_wait_timeout // timedelta(milliseconds=1))
+            with conn.cursor() as cursor:
+                cursor.execute(f"SET LOCAL lock_timeout = {milliseconds}")
+        return sql
+
+    def unlock_many(self, locks: list[Lock], *, joined: bool = False) -> set[str]:
         """Release *locks* (handles of this provider), each not before its
         ``lock_at_least_for``, in one statement per acquisition time; return the names of
         those that were no longer held by their handle (see ``Lock.unlock``).
@@ -300,7 +324,12 @@ class DatabaseLockProvider:
         for lock in mine:
             groups.setdefault((lock.owner, lock.locked_at, lock._least_until), []).append(lock)
         try:
-            sql = _Sql(self._connection(mine[0].config.name, mine[0].owner)) if mine else None
+            sql = None
+            if mine:
+                name, owner = mine[0].config.name, mine[0].owner
+                sql = (
+                    self._joined_sql(name, owner) if joined else _Sql(self._connection(name, owner))
+                )
             for (owner, locked_at, least_until), group in groups.items():
                 assert sql is not None
                 names = [lock.config.name for lock in group]
@@ -450,11 +479,8 @@ class DatabaseLockProvider:
         times = {"locked_at": lock.locked_at, "lock_until": extended, "least_until": least_until}
         return _DatabaseLock(self, lock.owner, config, **times)
 
-    def _connection(self, name: str, owner: str) -> BaseDatabaseWrapper:
-        """Return a usable connection whose statements commit at once, outside the caller's
-        transaction."""
-        alias = self.using
-        conn = connections[alias]
+    def _check(self, conn: BaseDatabaseWrapper, name: str, owner: str) -> None:
+        alias = conn.alias
         if conn.vendor not in SUPPORTED_VENDORS:
             raise ImproperlyConfigured(
                 f"DatabaseLockProvider supports {', '.join(SUPPORTED_VENDORS)}; the database "
@@ -466,6 +492,13 @@ class DatabaseLockProvider:
                 f"Lock name {name[:40]!r}... ({len(name)} characters) or owner {owner!r} "
                 f"is too long for the table; the limits are {max_name} and {_OWNER_LENGTH}"
             )
+
+    def _connection(self, name: str, owner: str) -> BaseDatabaseWrapper:
+        """Return a usable connection whose statements commit at once, outside the caller's
+        transaction."""
+        alias = self.using
+        conn = connections[alias]
+        self._check(conn, name, owner)
         if conn.in_atomic_block or (conn.connection is not None and not conn.get_autocommit()):
             if (
                 conn.vendor == "sqlite"
@@ -498,12 +531,12 @@ class DatabaseLockProvider:
         for attempt in (1, 2):
             try:
                 with sql.conn.cursor() as cursor:
-                    if sql.vendor == "postgresql":
+                    if sql.vendor == "postgresql" and not sql.joined:
                         return self._execute_bounded(cursor, statement, params, fetch)
                     cursor.execute(statement, params)
                     return cursor.fetchone() if fetch else cursor.rowcount
             except DatabaseError as exc:
-                if attempt == 2 or not _is_disconnect(exc, sql.conn):
+                if attempt == 2 or sql.joined or not _is_disconnect(exc, sql.conn):
                     raise
                 logger.warning("Lost the connection to %r (%s); reconnecting", sql.conn.alias, exc)
                 try:
