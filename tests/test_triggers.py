@@ -1,5 +1,7 @@
 """Triggers compute fire times from their arguments only: every test passes explicit times."""
 
+import dataclasses
+import pickle
 from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -208,6 +210,17 @@ class TestOneShot:
     def test_needs_an_aware_time(self):
         with pytest.raises(ValueError, match="must be an aware datetime"):
             OneShotTrigger(datetime(2026, 1, 1))
+
+
+class TestTriggerState:
+    def test_is_a_frozen_value(self):
+        state = TriggerState(anchor=T0, last_fire_time=T0 + s(10))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            state.anchor = T0  # type: ignore[misc]
+        assert dataclasses.replace(state, last_finished=T0 + s(11)) == TriggerState(
+            T0, T0 + s(10), T0 + s(11)
+        )
+        assert pickle.loads(pickle.dumps(state)) == state
 
 
 class TestMakeTrigger:
