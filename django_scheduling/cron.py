@@ -50,14 +50,13 @@ import functools
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 
 from ._cron_fields import (
-    ALL_DAYS_OF_MONTH,
-    ALL_WEEKDAYS,
+    ANY_DAY_OF_MONTH,
+    ANY_WEEKDAY,
     CRON_DAY_OF_WEEK,
     DAY_OF_WEEK,
     HOUR,
     MINUTE,
     MONTH,
-    NO_SPECIALS,
     SECOND,
     FieldError,
     month_day_mask,
@@ -185,12 +184,10 @@ class CronExpression:
         # Cron's rule: when neither day field starts with "*" (or is "?"), either one matching
         # is enough. Vixie cron looks at the first character only, so "*/2" counts as "*".
         either_day = cron_rules and fields[3][0] not in "*?" and fields[5][0] not in "*?"
-        any_day_of_month = (ALL_DAYS_OF_MONTH, NO_SPECIALS)
-        any_weekday = (ALL_WEEKDAYS, NO_SPECIALS)
-        if either_day and (days_of_month == any_day_of_month or days_of_week == any_weekday):
+        if either_day and (days_of_month == ANY_DAY_OF_MONTH or days_of_week == ANY_WEEKDAY):
             # "1-31" or "0-7" with either-day matching is every day, whatever the other field
             # says; keep the key canonical so that equal schedules compare equal.
-            days_of_month, days_of_week, either_day = any_day_of_month, any_weekday, False
+            days_of_month, days_of_week, either_day = ANY_DAY_OF_MONTH, ANY_WEEKDAY, False
         self._key = (seconds, minutes, hours, days_of_month, months, days_of_week, either_day)
         self._seconds = _next_table(seconds, 60)
         self._minutes = _next_table(minutes, 60)
