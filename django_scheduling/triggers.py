@@ -97,13 +97,16 @@ DEFAULT_MISFIRE_THRESHOLD = timedelta(seconds=5)
 class _Described:
     """Describe a trigger once: it is immutable, and every task that shares it keeps the text."""
 
+    __slots__ = ("_description",)
+
     def describe(self) -> str:
         """Return the trigger in words, e.g. ``"every 30s"``."""
-        return self._description
-
-    @functools.cached_property
-    def _description(self) -> str:
-        return self._describe()
+        try:
+            return self._description  # type: ignore[no-any-return]
+        except AttributeError:  # the first call (or the first since unpickling)
+            description = self._describe()
+            object.__setattr__(self, "_description", description)
+            return description
 
     def _describe(self) -> str:
         raise NotImplementedError
@@ -129,7 +132,7 @@ def _apply_missed(
     return series.last_at_or_before(now, first_due)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CronTrigger(_Described):
     """Fire at the times a cron expression matches, on the wall clock of *zone*."""
 
@@ -192,7 +195,7 @@ class _Grid:
         return self.anchor + ((moment - self.anchor) // self.period) * self.period
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FixedRateTrigger(_Described):
     """Fire on the grid ``anchor + k * period``; the anchor is the first fire time."""
 
@@ -228,7 +231,7 @@ class FixedRateTrigger(_Described):
         return text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FixedDelayTrigger(_Described):
     """Fire *delay* after the previous run finished; the first run after *initial_delay*."""
 
@@ -258,7 +261,7 @@ class FixedDelayTrigger(_Described):
         return text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OneShotTrigger(_Described):
     """Fire once, at *at*; at once if *at* has passed and the task never ran."""
 

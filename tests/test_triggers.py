@@ -304,6 +304,18 @@ class TestMakeTrigger:
         with pytest.raises(ValueError, match="invalid fixed_rate True"):
             make_trigger(fixed_rate=True)
 
+    def test_a_copy_describes_itself(self):
+        trigger = make_trigger(cron="0 0 9 * * *", default_zone=BERLIN)
+        assert trigger.describe() == "cron 0 0 9 * * * Europe/Berlin"
+        moved = dataclasses.replace(trigger, zone=NEW_YORK)
+        assert moved.describe() == "cron 0 0 9 * * * America/New_York"
+        copy = pickle.loads(pickle.dumps(trigger))
+        assert copy == trigger
+        assert copy.describe() == "cron 0 0 9 * * * Europe/Berlin"
+        rate = make_trigger(fixed_rate="1m")
+        assert rate.describe() == "every 1m"
+        assert dataclasses.replace(rate, period=s(30)).describe() == "every 30s"
+
     def test_invalid_cron_is_a_value_error(self):
         with pytest.raises(InvalidCronExpression, match="hour value 25 is out of range 0-23"):
             make_trigger(cron="0 0 25 * * *")
