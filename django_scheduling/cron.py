@@ -209,7 +209,8 @@ class CronExpression:
     def parse(cls, text: str) -> CronExpression:
         """Parse *text*; raise InvalidCronExpression if it is not a valid cron expression.
 
-        The same text gives the same instance, so that many tasks declared alike share one.
+        The same text gives the same instance (for the last thousand texts parsed), so that
+        many tasks declared alike share one.
         """
         if cls is not CronExpression or type(text) is not str:
             return cls(text)

@@ -98,11 +98,12 @@ class _Described:
     """Describe a trigger once: it is immutable, and every task that shares it keeps the text."""
 
     __slots__ = ("_description",)
+    _description: str
 
     def describe(self) -> str:
         """Return the trigger in words, e.g. ``"every 30s"``."""
         try:
-            return self._description  # type: ignore[no-any-return]
+            return self._description
         except AttributeError:  # the first call (or the first since unpickling)
             description = self._describe()
             object.__setattr__(self, "_description", description)
@@ -327,29 +328,20 @@ def make_trigger(
     Identical arguments give the same trigger (triggers are immutable), and a cron expression
     is parsed once per text.
     """
-    key = trigger_key(
-        cron=cron,
-        zone=zone,
-        fixed_rate=fixed_rate,
-        fixed_delay=fixed_delay,
-        initial_delay=initial_delay,
-        at=at,
-        missed=missed,
-        default_zone=default_zone,
-        misfire_threshold=misfire_threshold,
-    )
+    arguments = {
+        "cron": cron,
+        "zone": zone,
+        "fixed_rate": fixed_rate,
+        "fixed_delay": fixed_delay,
+        "initial_delay": initial_delay,
+        "at": at,
+        "missed": missed,
+        "default_zone": default_zone,
+        "misfire_threshold": misfire_threshold,
+    }
+    key = trigger_key(**arguments)
     if key is None:
-        return _build_trigger(
-            cron=cron,
-            zone=zone,
-            fixed_rate=fixed_rate,
-            fixed_delay=fixed_delay,
-            initial_delay=initial_delay,
-            at=at,
-            missed=missed,
-            default_zone=default_zone,
-            misfire_threshold=misfire_threshold,
-        )
+        return _build_trigger(**arguments)  # type: ignore[arg-type]
     return _cached_trigger(key)
 
 
@@ -364,8 +356,8 @@ _CacheKey = tuple[tuple[str, type, object, str | None], ...]
 
 
 def trigger_key(**arguments: object) -> _CacheKey | None:
-    """Return what identifies the trigger *arguments* build, or ``None`` if they cannot be
-    told apart by value."""
+    """Return a key equal for arguments that build the same trigger, or ``None`` when one of
+    them is of a type whose equal values may build different ones."""
     key = []
     for name, value in arguments.items():
         kind = type(value)
