@@ -17,11 +17,15 @@ has synced its tasks and sits idle.
 from the first line, one frame) and the largest N and 1 task, each dumping a snapshot when
 asked (``--traced-child`` wraps ``execute_from_command_line``, as ``manage.py`` does). Their
 difference, grouped by the line that allocated and divided by N, is what each task costs in
-Python objects; the rest of the RSS is the allocators' slack and what lives outside Python's
-heap (SQLite's page cache).
+Python objects. The rest of the RSS is mostly the allocators' slack, left by the transient
+objects of the start-up (the task rows read and written when the tasks are synced), and memory
+outside Python's heap (SQLite's).
 
     .venv/bin/python benchmarks/bench_memory.py                 # 1,000 and 10,000: about 1 min
     .venv/bin/python benchmarks/bench_memory.py --tasks 10000 --no-write --no-breakdown
+
+Options: ``--tasks 1000,10000``, ``--systems ours,apscheduler``, ``--settle SECONDS`` (default
+2), ``--no-breakdown``, ``--no-write``, ``--note TEXT`` (a line for the results header).
 
 Figures go to ``benchmarks/results/memory.md``; logs of the last run to
 ``test-artifacts/bench-memory/``.
@@ -214,33 +218,39 @@ class Line:
     count: float  # blocks per task
 
 
-def breakdown(
-    base: tracemalloc.Snapshot, loaded: tracemalloc.Snapshot, tasks: int
-) -> tuple[list[Line], float]:
-    """Return the lines that allocated per task (bytes, blocks per task), and the total."""
+@dataclass
+class Breakdown:
+    tasks: int
+    total: float  # bytes per task
+    lines: list[Line]  # the lines of SHOWN_FROM bytes per task or more
+    files: dict[str, float]  # bytes per task, by file
+
+
+def short_path(filename: str) -> str:
+    for prefix in (str(ROOT) + "/", *(p + "/" for p in sorted(sys.path, key=len)[::-1])):
+        if prefix != "/" and filename.startswith(prefix):
+            return filename[len(prefix) :]
+    return filename
+
+
+def breakdown(base: tracemalloc.Snapshot, loaded: tracemalloc.Snapshot, tasks: int) -> Breakdown:
+    """Return what the process with *tasks* tasks holds more than the one with 1, per task."""
     lines = []
+    files: dict[str, float] = {}
     total = 0.0
     for stat in loaded.compare_to(base, "lineno"):
         total += stat.size_diff
         frame = stat.traceback[0]
+        path = short_path(frame.filename)
+        files[path] = files.get(path, 0.0) + stat.size_diff / tasks
         if stat.size_diff / tasks < SHOWN_FROM:
             continue
-        filename = frame.filename
-        for prefix in (str(ROOT) + "/", *(p + "/" for p in sorted(sys.path, key=len)[::-1])):
-            if prefix != "/" and filename.startswith(prefix):
-                filename = filename[len(prefix) :]
-                break
         source = linecache.getline(frame.filename, frame.lineno).strip()
         lines.append(
-            Line(
-                f"{filename}:{frame.lineno}",
-                source,
-                stat.size_diff / tasks,
-                stat.count_diff / tasks,
-            )
+            Line(f"{path}:{frame.lineno}", source, stat.size_diff / tasks, stat.count_diff / tasks)
         )
     lines.sort(key=lambda line: -line.size)
-    return lines, total / tasks
+    return Breakdown(tasks, total / tasks, lines, files)
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -286,13 +296,15 @@ def report(
     seconds: float,
     results: list[Measured],
     baselines: dict[str, Measured],
-    traced: tuple[int, list[Line], float] | None,
+    traced: Breakdown | None,
     settle: float,
+    note: str,
 ) -> str:
     load = ", ".join(f"{x:.1f}" for x in info["load"])
     lines = [
         "# Memory per task: `runscheduler` vs APScheduler 3",
         "",
+        *([para(f"**{note}**"), ""] if note else []),
         f"- Date: {info['date']}; the run took {seconds:.0f} s.",
         f"- Machine: {info['nproc']} CPUs, {info['cpu']}; 1-minute load average {load} at start.",
         f"- Python {info['python']}, Django {info['django']}, APScheduler "
@@ -330,7 +342,7 @@ def report(
                 f"| {result.startup:.1f} s |"
             )
     if traced is not None:
-        tasks, shown, total = traced
+        tasks, total = traced.tasks, traced.total
         rss = next(
             (
                 r.rss - baselines["ours"].rss
@@ -348,8 +360,11 @@ def report(
                 f"task, by the line that allocated, per task; lines of {SHOWN_FROM:.0f} B or "
                 f"more. Python objects in all: **{total:,.0f} B per task**"
                 + (
-                    f" of the {rss / tasks:,.0f} B of RSS per task measured above; the rest is "
-                    "the allocators' slack and memory outside Python's heap (SQLite's page cache)."
+                    f" of the {rss / tasks:,.0f} B of RSS per task measured above. The rest is "
+                    "mostly the allocators' slack: the arenas and free memory that the transient "
+                    "objects of the start-up (the rows read and written when the tasks are "
+                    "synced) leave behind, pinned by the objects that stay; and memory outside "
+                    "Python's heap (SQLite's)."
                     if rss is not None
                     else "."
                 )
@@ -358,9 +373,21 @@ def report(
             "| B / task | blocks / task | where | line |",
             "| ---: | ---: | --- | --- |",
         ]
-        for line in shown:
+        for line in traced.lines:
             source = line.source.replace("|", "\\|")
             lines.append(f"| {line.size:,.0f} | {line.count:.2f} | `{line.where}` | `{source}` |")
+        files = sorted(traced.files.items(), key=lambda item: -item[1])
+        lines += [
+            "",
+            para(
+                "By file (the benchmark's own tasks are `benchmarks/e2e_project/bench_tasks/"
+                "tasks.py`: a closure, its cell and its name, what any project's tasks cost):"
+            ),
+            "",
+            "| B / task | file |",
+            "| ---: | --- |",
+            *(f"| {size:,.0f} | `{path}` |" for path, size in files if size >= SHOWN_FROM),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -379,6 +406,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--settle", type=float, default=2.0, help="seconds idle before the RSS")
     parser.add_argument("--no-breakdown", action="store_true", help="skip the tracemalloc pair")
     parser.add_argument("--no-write", action="store_true", help="print the results only")
+    parser.add_argument("--note", default="", help="a line for the header of the results")
     parser.add_argument("--traced-child", action="store_true", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args(argv)
     if args.traced_child:
@@ -389,7 +417,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.systems = [s for s in args.systems.split(",") if s]
     if not set(args.systems) <= set(READY):
         parser.error("--systems is ours, apscheduler or both")
-    args.command = " ".join(["python", "benchmarks/bench_memory.py", *argv])
+    shown = [
+        a
+        for a, before in zip(argv, ["", *argv], strict=False)
+        if "--note" not in (a, before) and not a.startswith("--note=")
+    ]
+    args.command = " ".join(["python", "benchmarks/bench_memory.py", *shown])
     return args
 
 
@@ -424,15 +457,21 @@ def main(argv: list[str] | None = None) -> None:
             tasks = max(args.tasks)
             base = traced_snapshot(1, ARTIFACTS, template, args.settle)
             loaded = traced_snapshot(tasks, ARTIFACTS, template, args.settle)
-            shown, total = breakdown(base, loaded, tasks)
-            traced = (tasks, shown, total)
+            traced = breakdown(base, loaded, tasks)
     except KeyboardInterrupt:
         print("interrupted: child processes stopped, nothing written", file=sys.stderr)
         raise SystemExit(130) from None
     finally:
         cleanup()
     text = report(
-        info, args.command, time.monotonic() - began, results, baselines, traced, args.settle
+        info,
+        args.command,
+        time.monotonic() - began,
+        results,
+        baselines,
+        traced,
+        args.settle,
+        args.note,
     )
     print(text)
     if not args.no_write:
