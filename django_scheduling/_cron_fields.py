@@ -18,12 +18,15 @@ from typing import NamedTuple, TypeAlias
 __all__ = [
     "ALL_DAYS_OF_MONTH",
     "ALL_WEEKDAYS",
+    "ANY_DAY_OF_MONTH",
+    "ANY_WEEKDAY",
     "CRON_DAY_OF_WEEK",
     "DAY_OF_MONTH",
     "DAY_OF_WEEK",
     "HOUR",
     "MINUTE",
     "MONTH",
+    "NO_SPECIALS",
     "SECOND",
     "DaySpecial",
     "FieldError",
@@ -84,6 +87,11 @@ CRON_DAY_OF_WEEK = FieldSpec("day-of-week", 0, 7, names=_CRON_DAY_NAMES, is_day=
 
 ALL_DAYS_OF_MONTH = ((1 << 32) - 1) & ~1  # bits 1-31
 ALL_WEEKDAYS = (1 << 7) - 1  # bits 0-6, Python weekdays
+#: A day field without special tokens; one shared set rather than an empty one per field.
+NO_SPECIALS: frozenset[DaySpecial] = frozenset()
+#: The parsed day fields that allow every day, shared by every expression that has them.
+ANY_DAY_OF_MONTH = (ALL_DAYS_OF_MONTH, NO_SPECIALS)
+ANY_WEEKDAY = (ALL_WEEKDAYS, NO_SPECIALS)
 
 # _WEEKLY[f]: the days f, f+7, f+14, ... of a month, as a bit set.
 _WEEKLY = [sum(1 << day for day in range(first, 32, 7)) if first else 0 for first in range(8)]
@@ -176,7 +184,7 @@ def parse_field(text: str, spec: FieldSpec) -> int:
 def parse_days_of_month(text: str) -> tuple[int, frozenset[DaySpecial]]:
     """Parse the day-of-month field into a bit set (bits 1-31) and its special tokens."""
     if text == "?":
-        return ALL_DAYS_OF_MONTH, frozenset()
+        return ANY_DAY_OF_MONTH
     bits = 0
     specials: set[DaySpecial] = set()
     for element in _split_list(text, DAY_OF_MONTH):
@@ -186,8 +194,8 @@ def parse_days_of_month(text: str) -> tuple[int, frozenset[DaySpecial]]:
         else:
             bits |= _parse_element(element, DAY_OF_MONTH)
     if bits == ALL_DAYS_OF_MONTH:
-        specials.clear()  # They cannot add anything to every day.
-    return bits, frozenset(specials)
+        return ANY_DAY_OF_MONTH  # Special tokens cannot add anything to every day.
+    return bits, frozenset(specials) if specials else NO_SPECIALS
 
 
 def _parse_day_of_month_special(element: str) -> DaySpecial:
@@ -225,7 +233,7 @@ def parse_days_of_week(
     *spec* is :data:`DAY_OF_WEEK` (Spring's rules) or :data:`CRON_DAY_OF_WEEK` (cron's).
     """
     if text == "?":
-        return ALL_WEEKDAYS, frozenset()
+        return ANY_WEEKDAY
     day_bits = 0  # bits 0-7, 0 and 7 being Sunday, in both rule sets
     specials: set[DaySpecial] = set()
     for element in _split_list(text, spec):
@@ -237,8 +245,8 @@ def parse_days_of_week(
     # Day d (Monday=1 ... Saturday=6, Sunday=0 or 7) is Python's weekday (d - 1) % 7.
     bits = (day_bits >> 1) | (day_bits & 1) << 6
     if bits == ALL_WEEKDAYS:
-        specials.clear()
-    return bits, frozenset(specials)
+        return ANY_WEEKDAY
+    return bits, frozenset(specials) if specials else NO_SPECIALS
 
 
 def _parse_weekday(token: str, element: str, spec: FieldSpec) -> int:

@@ -46,11 +46,12 @@ This module is pure: it never reads the clock and does not depend on Django.
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 
 from ._cron_fields import (
-    ALL_DAYS_OF_MONTH,
-    ALL_WEEKDAYS,
+    ANY_DAY_OF_MONTH,
+    ANY_WEEKDAY,
     CRON_DAY_OF_WEEK,
     DAY_OF_WEEK,
     HOUR,
@@ -86,6 +87,11 @@ _MAX_YEAR = 9999
 # never will. In practice the search stops much earlier, see CronExpression._fires().
 _CYCLE_YEARS = 400
 _MASK_CACHE_SIZE = 256
+# Bounds of the caches that let many tasks share one parsed expression and its tables; a
+# project has far fewer distinct expressions than these.
+_PARSED_CACHE_SIZE = 1024
+_TABLE_CACHE_SIZE = 512
+_DAY_CACHES_SIZE = 256
 _EPOCH = datetime(1970, 1, 1)
 _SECOND = timedelta(seconds=1)
 
@@ -97,8 +103,12 @@ class InvalidCronExpression(ValueError):
     """Raised when a cron expression cannot be parsed; the message names the culprit."""
 
 
+@functools.lru_cache(maxsize=_TABLE_CACHE_SIZE)
 def _next_table(bits: int, size: int) -> tuple[int | None, ...]:
-    """Return t where t[v] is the smallest allowed value >= v, or None (one extra slot)."""
+    """Return t where t[v] is the smallest allowed value >= v, or None (one extra slot).
+
+    Expressions with the same field share the table: ``*`` in the minute of one and of another.
+    """
     table: list[int | None] = [None] * (size + 1)
     following = None
     for value in range(size - 1, -1, -1):
@@ -112,12 +122,27 @@ def _first(bits: int) -> int:
     return (bits & -bits).bit_length() - 1
 
 
+#: The matching days per (year, month) and per month shape (see ``_month_mask``) depend on the
+#: day fields only, so expressions with the same day fields (most have ``* * *``) share them.
+_day_caches: dict[tuple[object, ...], tuple[dict[int, int], dict[int, int]]] = {}
+
+
+def _day_cache(key: tuple[object, ...]) -> tuple[dict[int, int], dict[int, int]]:
+    cache = _day_caches.get(key)
+    if cache is None:
+        if len(_day_caches) >= _DAY_CACHES_SIZE:
+            _day_caches.clear()  # expressions keep the caches they hold
+        cache = _day_caches.setdefault(key, ({}, {}))
+    return cache
+
+
 class CronExpression:
     """
     A parsed cron expression that computes its fire times.
 
     Create one with ``CronExpression.parse(text)`` (or ``CronExpression(text)``), then call
-    :meth:`next`. Instances are immutable, hashable and safe to share between threads.
+    :meth:`next`. Instances are immutable, hashable and safe to share between threads:
+    ``parse()`` returns the same instance for the same text.
     """
 
     __slots__ = (
@@ -159,12 +184,10 @@ class CronExpression:
         # Cron's rule: when neither day field starts with "*" (or is "?"), either one matching
         # is enough. Vixie cron looks at the first character only, so "*/2" counts as "*".
         either_day = cron_rules and fields[3][0] not in "*?" and fields[5][0] not in "*?"
-        any_day_of_month = (ALL_DAYS_OF_MONTH, frozenset())
-        any_weekday = (ALL_WEEKDAYS, frozenset())
-        if either_day and (days_of_month == any_day_of_month or days_of_week == any_weekday):
+        if either_day and (days_of_month == ANY_DAY_OF_MONTH or days_of_week == ANY_WEEKDAY):
             # "1-31" or "0-7" with either-day matching is every day, whatever the other field
             # says; keep the key canonical so that equal schedules compare equal.
-            days_of_month, days_of_week, either_day = any_day_of_month, any_weekday, False
+            days_of_month, days_of_week, either_day = ANY_DAY_OF_MONTH, ANY_WEEKDAY, False
         self._key = (seconds, minutes, hours, days_of_month, months, days_of_week, either_day)
         self._seconds = _next_table(seconds, 60)
         self._minutes = _next_table(minutes, 60)
@@ -177,16 +200,21 @@ class CronExpression:
         self._days_of_month = days_of_month
         self._days_of_week = days_of_week
         self._either_day = either_day
-        # Matching days per (year, month), filled lazily; races only recompute an entry.
-        self._masks: dict[int, int] = {}
-        # The same per month shape (length * 7 + weekday of the 1st): at most 28 entries.
-        self._masks_by_shape: dict[int, int] = {}
+        # Matching days per (year, month), filled lazily; races only recompute an entry. And
+        # the same per month shape (length * 7 + weekday of the 1st): at most 28 entries.
+        self._masks, self._masks_by_shape = _day_cache((days_of_month, days_of_week, either_day))
         self._can_fire: bool | None = None
 
     @classmethod
     def parse(cls, text: str) -> CronExpression:
-        """Parse *text*; raise InvalidCronExpression if it is not a valid cron expression."""
-        return cls(text)
+        """Parse *text*; raise InvalidCronExpression if it is not a valid cron expression.
+
+        The same text gives the same instance (for the last thousand texts parsed), so that
+        many tasks declared alike share one.
+        """
+        if cls is not CronExpression or type(text) is not str:
+            return cls(text)
+        return _parse(text)
 
     def _error(self, problem: str) -> InvalidCronExpression:
         return InvalidCronExpression(f"invalid cron expression '{self.expression}': {problem}")
@@ -399,6 +427,11 @@ class CronExpression:
                 for weekday in range(7)
             )
         return self._can_fire
+
+
+@functools.lru_cache(maxsize=_PARSED_CACHE_SIZE)
+def _parse(text: str) -> CronExpression:
+    return CronExpression(text)
 
 
 def _offset_at(zone: tzinfo, moment: datetime) -> timedelta | None:

@@ -12,6 +12,7 @@ One parser serves every option that takes a duration: ``fixed_rate``, ``fixed_de
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from datetime import timedelta
@@ -46,6 +47,21 @@ def parse_duration(
 def _parse(value: DurationLike, name: str) -> timedelta:
     if isinstance(value, timedelta):
         return value
+    if type(value) in (str, int, float):
+        try:
+            return _read_cached(value)
+        except ValueError:
+            pass  # read it again, for a message that names *name*
+    return _read(value, name)
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _read_cached(value: DurationLike) -> timedelta:
+    """Read *value*: the tasks that give the same duration ("10m", 30) share one timedelta."""
+    return _read(value, "duration")
+
+
+def _read(value: DurationLike, name: str) -> timedelta:
     if isinstance(value, bool):  # bool is an int; True seconds is surely a mistake
         raise ValueError(f"invalid {name} {value!r}: {_HINT}")
     if isinstance(value, int | float):

@@ -12,11 +12,12 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
+from types import FunctionType
 from typing import Any, TypeVar
 
 from .conf import NAME_LENGTH
 from .durations import DurationLike, parse_duration
-from .triggers import DEFAULT_MISFIRE_THRESHOLD, MissedRuns, Trigger, make_trigger
+from .triggers import DEFAULT_MISFIRE_THRESHOLD, MissedRuns, Trigger, make_trigger, trigger_key
 
 __all__ = ["TaskDefinition", "TaskRegistry", "registry", "scheduled", "autodiscover"]
 
@@ -25,12 +26,14 @@ logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskDefinition:
     """A task as declared in code: the function, its trigger options and its lock options."""
 
     name: str
     func: Callable[[], Any]
+    #: The trigger's options as declared; one dict is shared by the tasks declared alike, so
+    #: it is read, never changed.
     trigger_options: dict[str, Any] = field(hash=False)
     lock: bool = True
     lock_at_most_for: timedelta | None = None
@@ -53,7 +56,10 @@ class TaskDefinition:
     def trigger(
         self, default_zone: tzinfo, misfire_threshold: timedelta = DEFAULT_MISFIRE_THRESHOLD
     ) -> Trigger:
-        """Build this task's trigger; a cron task without ``zone=`` uses *default_zone*."""
+        """Return this task's trigger; a cron task without ``zone=`` uses *default_zone*.
+
+        Tasks declared alike get the same trigger object: triggers are immutable.
+        """
         return make_trigger(
             **self.trigger_options,
             default_zone=default_zone,
@@ -66,7 +72,7 @@ def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> Ta
     recover = options.pop("recover")
     jitter = options.pop("jitter")
     most, least = options.pop("lock_at_most_for"), options.pop("lock_at_least_for")
-    trigger_options = {key: value for key, value in options.items() if value is not None}
+    trigger_options = _shared({key: value for key, value in options.items() if value is not None})
     task_name = name if name is not None else f"{func.__module__}.{func.__qualname__}"
     try:
         if not isinstance(task_name, str) or not task_name.strip():
@@ -129,8 +135,42 @@ def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> Ta
     )
 
 
+#: The trigger options of the tasks declared so far, one dict per distinct set.
+_options: dict[object, dict[str, Any]] = {}
+_OPTIONS_SIZE = 1024
+
+
+def _shared(options: dict[str, Any]) -> dict[str, Any]:
+    """Return the dict of trigger options equal to *options* that earlier tasks hold, if any:
+    ten thousand tasks declared alike keep one."""
+    key = trigger_key(**options)
+    if key is None:
+        return options
+    shared = _options.get(key)
+    if shared is None:
+        if len(_options) >= _OPTIONS_SIZE:
+            _options.clear()  # the tasks keep the dicts they hold
+        shared = _options.setdefault(key, options)
+    return shared
+
+
+#: Attributes that make ``inspect.signature()`` read more than the function's code.
+_SIGNATURE_ATTRIBUTES = ("__wrapped__", "__signature__", "_partialmethod")
+
+
 def _required_parameters(func: Callable[..., Any]) -> list[str]:
     """Return the names of the parameters that a call without arguments leaves unfilled."""
+    if type(func) is FunctionType and not any(hasattr(func, a) for a in _SIGNATURE_ATTRIBUTES):
+        # What inspect.signature() would say, read from the code: the signature would give
+        # every task's function an __annotations__ dict for the life of the process.
+        code = func.__code__
+        positional = code.co_varnames[: code.co_argcount]
+        keyword_only = code.co_varnames[
+            code.co_argcount : code.co_argcount + code.co_kwonlyargcount
+        ]
+        defaults = func.__kwdefaults__ or {}
+        required = positional[: len(positional) - len(func.__defaults__ or ())]
+        return [*required, *(name for name in keyword_only if name not in defaults)]
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):  # some built-ins have no signature to read

@@ -6,14 +6,18 @@ last fire time that ran, when the last run finished) comes in as a ``TriggerStat
 scheduler keeps in the database so that every instance computes the same times.
 
 All datetimes in and out are aware; the scheduler works in UTC.
+
+Triggers are immutable, so ``make_trigger`` hands out one trigger for identical arguments:
+ten thousand tasks declared alike share one trigger and one parsed cron expression.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -53,7 +57,7 @@ class MissedRuns(enum.StrEnum):
             raise ValueError(f"missed={value!r} is not a policy; use one of {options}") from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TriggerState:
     """What a trigger needs to know of the past; all fields are UTC or ``None``."""
 
@@ -90,6 +94,25 @@ class _Series(Protocol):
 DEFAULT_MISFIRE_THRESHOLD = timedelta(seconds=5)
 
 
+class _Described:
+    """Describe a trigger once: it is immutable, and every task that shares it keeps the text."""
+
+    __slots__ = ("_description",)
+    _description: str
+
+    def describe(self) -> str:
+        """Return the trigger in words, e.g. ``"every 30s"``."""
+        try:
+            return self._description
+        except AttributeError:  # the first call (or the first since unpickling)
+            description = self._describe()
+            object.__setattr__(self, "_description", description)
+            return description
+
+    def _describe(self) -> str:
+        raise NotImplementedError
+
+
 def _apply_missed(
     first_due: datetime | None,
     now: datetime,
@@ -110,8 +133,8 @@ def _apply_missed(
     return series.last_at_or_before(now, first_due)
 
 
-@dataclass(frozen=True)
-class CronTrigger:
+@dataclass(frozen=True, slots=True)
+class CronTrigger(_Described):
     """Fire at the times a cron expression matches, on the wall clock of *zone*."""
 
     expression: CronExpression
@@ -153,7 +176,7 @@ class CronTrigger:
                 return latest
             window *= 2
 
-    def describe(self) -> str:
+    def _describe(self) -> str:
         return f"cron {self.expression} {getattr(self.zone, 'key', self.zone)}"
 
 
@@ -173,8 +196,8 @@ class _Grid:
         return self.anchor + ((moment - self.anchor) // self.period) * self.period
 
 
-@dataclass(frozen=True)
-class FixedRateTrigger:
+@dataclass(frozen=True, slots=True)
+class FixedRateTrigger(_Described):
     """Fire on the grid ``anchor + k * period``; the anchor is the first fire time."""
 
     period: timedelta
@@ -202,15 +225,15 @@ class FixedRateTrigger:
         grid = _Grid(anchor, self.period)
         return _apply_missed(first_due, now, self.missed, grid, self.misfire_threshold)
 
-    def describe(self) -> str:
+    def _describe(self) -> str:
         text = f"every {format_duration(self.period)}"
         if self.initial_delay:
             text += f", first after {format_duration(self.initial_delay)}"
         return text
 
 
-@dataclass(frozen=True)
-class FixedDelayTrigger:
+@dataclass(frozen=True, slots=True)
+class FixedDelayTrigger(_Described):
     """Fire *delay* after the previous run finished; the first run after *initial_delay*."""
 
     delay: timedelta
@@ -232,15 +255,15 @@ class FixedDelayTrigger:
         # The newest run never finished (its process died): count from when it started.
         return state.last_fire_time + self.delay
 
-    def describe(self) -> str:
+    def _describe(self) -> str:
         text = f"{format_duration(self.delay)} after each run"
         if self.initial_delay:
             text += f", first after {format_duration(self.initial_delay)}"
         return text
 
 
-@dataclass(frozen=True)
-class OneShotTrigger:
+@dataclass(frozen=True, slots=True)
+class OneShotTrigger(_Described):
     """Fire once, at *at*; at once if *at* has passed and the task never ran."""
 
     at: datetime
@@ -258,7 +281,7 @@ class OneShotTrigger:
             return None
         return self.at.astimezone(UTC)
 
-    def describe(self) -> str:
+    def _describe(self) -> str:
         return f"once at {self.at.isoformat()}"
 
 
@@ -300,7 +323,71 @@ def make_trigger(
     default_zone: tzinfo = UTC,
     misfire_threshold: timedelta = DEFAULT_MISFIRE_THRESHOLD,
 ) -> Trigger:
-    """Build the trigger that ``@scheduled``'s options describe, or raise ``ValueError``."""
+    """Build the trigger that ``@scheduled``'s options describe, or raise ``ValueError``.
+
+    Identical arguments give the same trigger (triggers are immutable), and a cron expression
+    is parsed once per text.
+    """
+    arguments = {
+        "cron": cron,
+        "zone": zone,
+        "fixed_rate": fixed_rate,
+        "fixed_delay": fixed_delay,
+        "initial_delay": initial_delay,
+        "at": at,
+        "missed": missed,
+        "default_zone": default_zone,
+        "misfire_threshold": misfire_threshold,
+    }
+    key = trigger_key(**arguments)
+    if key is None:
+        return _build_trigger(**arguments)  # type: ignore[arg-type]
+    return _cached_trigger(key)
+
+
+#: Argument types whose equal values are interchangeable: whichever of them a trigger is built
+#: from, it is the same trigger. A ``ZoneInfo`` equals itself only. Not in the list, and never
+#: cached: ``datetime`` (equal instants in other zones read differently), ``CronExpression``
+#: (equal schedules may be written differently), other ``tzinfo`` classes, subclasses.
+_INTERCHANGEABLE = frozenset({str, int, float, timedelta, MissedRuns, ZoneInfo, type(None)})
+_TRIGGER_CACHE_SIZE = 1024
+
+_CacheKey = tuple[tuple[str, type, object, str | None], ...]
+
+
+def trigger_key(**arguments: object) -> _CacheKey | None:
+    """Return a key equal for arguments that build the same trigger, or ``None`` when one of
+    them is of a type whose equal values may build different ones."""
+    key = []
+    for name, value in arguments.items():
+        kind = type(value)
+        if kind is timezone:
+            # Fixed offsets compare by offset alone; the name shows in the description.
+            key.append((name, kind, value, value.tzname(None)))  # type: ignore[union-attr]
+        elif kind in _INTERCHANGEABLE:
+            key.append((name, kind, value, None))
+        else:
+            return None
+    return tuple(key)
+
+
+@functools.lru_cache(maxsize=_TRIGGER_CACHE_SIZE)
+def _cached_trigger(key: _CacheKey) -> Trigger:
+    return _build_trigger(**{name: value for name, _, value, _ in key})  # type: ignore[arg-type]
+
+
+def _build_trigger(
+    *,
+    cron: str | CronExpression | None,
+    zone: tzinfo | str | None,
+    fixed_rate: DurationLike | None,
+    fixed_delay: DurationLike | None,
+    initial_delay: DurationLike | None,
+    at: datetime | None,
+    missed: MissedRuns | str,
+    default_zone: tzinfo,
+    misfire_threshold: timedelta,
+) -> Trigger:
     options = {"cron": cron, "fixed_rate": fixed_rate, "fixed_delay": fixed_delay, "at": at}
     given = [name for name, value in options.items() if value is not None]
     if len(given) != 1:

@@ -89,3 +89,19 @@ def test_the_name_appears_in_the_message():
 def test_format_round_trips(delta, text):
     assert format_duration(delta) == text
     assert parse_duration(text) == delta
+
+
+def test_the_same_text_or_number_gives_one_timedelta():
+    assert parse_duration("10m", name="lock_at_most_for") is parse_duration("10m")
+    assert parse_duration(30) is parse_duration(30, name="jitter")
+    assert parse_duration(30.0) == parse_duration(30)
+
+
+def test_a_bad_value_names_each_option_it_is_given_to():
+    for name in ("fixed_rate", "jitter", "fixed_rate"):
+        with pytest.raises(ValueError) as info:
+            parse_duration("soon", name=name)
+        assert str(info.value).startswith(f"invalid {name} 'soon'")
+    assert parse_duration(1, name="jitter") == timedelta(seconds=1)
+    with pytest.raises(ValueError, match="invalid jitter True"):
+        parse_duration(True, name="jitter")  # equal to 1, but not a duration

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from datetime import timedelta
 
 from django.test import SimpleTestCase
@@ -88,6 +89,10 @@ class LockConfigurationTests(SimpleTestCase):
             config.name = "b"  # type: ignore[misc]
         self.assertEqual(config, LockConfiguration("a", 1))
         self.assertEqual(len({config, LockConfiguration("a", "1000ms")}), 1)
+
+    def test_pickles(self) -> None:
+        config = LockConfiguration("a", "10s", "5s")
+        self.assertEqual(pickle.loads(pickle.dumps(config)), config)
 
     def test_replace_validates_again(self) -> None:
         config = LockConfiguration("a", "10s", "5s")

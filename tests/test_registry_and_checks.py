@@ -1,7 +1,9 @@
 """@scheduled, the registry, the SCHEDULING setting and the system checks."""
 
 import asyncio
-from datetime import timedelta
+import functools
+from datetime import UTC, timedelta
+from zoneinfo import ZoneInfo
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
@@ -156,6 +158,45 @@ class ScheduledDecoratorTests(SimpleTestCase):
 
         scheduled(fixed_rate="5s", name="defaults")(defaults)
         self.assertEqual(self.check_messages(), [])
+
+    def test_wrapped_functions_are_read_through_their_wrapper(self):
+        def needs_day(day):
+            pass
+
+        @functools.wraps(needs_day)
+        def wrapper(*args, **kwargs):
+            return needs_day(*args, **kwargs)
+
+        def positional_only(first, /, second=2, *, third, fourth=4):
+            pass
+
+        scheduled(fixed_rate="5s", name="wrapped")(wrapper)
+        scheduled(fixed_rate="5s", name="positional")(positional_only)
+        messages = {m.msg.partition(" ")[2].partition(" ")[0]: m.msg for m in self.check_messages()}
+        self.assertIn("needs the argument(s) day,", messages["'wrapped'"])
+        self.assertIn("needs the argument(s) first, third,", messages["'positional'"])
+
+    def test_tasks_declared_alike_share_their_trigger(self):
+        zone = ZoneInfo("Europe/Berlin")
+        for number in range(3):
+            scheduled(cron="*/5 * * * * *", name=f"alike{number}")(job)
+        scheduled(cron="*/5 * * * * *", zone="America/New_York", name="new_york")(job)
+        scheduled(cron="0/5 * * * * *", name="written_otherwise")(job)
+        tasks = registry_module.registry
+        first, *others = [tasks.get(f"alike{number}") for number in range(3)]
+        for other in others:
+            self.assertIs(other.trigger_options, first.trigger_options)
+            self.assertIs(other.trigger(zone), first.trigger(zone))
+        trigger = first.trigger(zone)
+        self.assertIsNot(first.trigger(UTC), trigger)
+        self.assertEqual(first.trigger(UTC).zone, UTC)
+        self.assertIsNot(first.trigger(zone, timedelta(seconds=6)), trigger)
+        self.assertEqual(first.trigger(zone, timedelta(seconds=6)).misfire_threshold.seconds, 6)
+        self.assertEqual(tasks.get("new_york").trigger(zone).zone, ZoneInfo("America/New_York"))
+        self.assertEqual(
+            tasks.get("written_otherwise").trigger(zone).describe(),
+            "cron 0/5 * * * * * Europe/Berlin",
+        )
 
     def test_too_long_name_is_reported(self):
         scheduled(fixed_rate="5s", name="x" * 201)(job)

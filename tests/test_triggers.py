@@ -1,6 +1,8 @@
 """Triggers compute fire times from their arguments only: every test passes explicit times."""
 
-from datetime import UTC, datetime, timedelta
+import dataclasses
+import pickle
+from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -210,6 +212,17 @@ class TestOneShot:
             OneShotTrigger(datetime(2026, 1, 1))
 
 
+class TestTriggerState:
+    def test_is_a_frozen_value(self):
+        state = TriggerState(anchor=T0, last_fire_time=T0 + s(10))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            state.anchor = T0  # type: ignore[misc]
+        assert dataclasses.replace(state, last_finished=T0 + s(11)) == TriggerState(
+            T0, T0 + s(10), T0 + s(11)
+        )
+        assert pickle.loads(pickle.dumps(state)) == state
+
+
 class TestMakeTrigger:
     def test_builds_each_kind(self):
         assert isinstance(make_trigger(cron="0 0 3 * * *"), CronTrigger)
@@ -250,6 +263,58 @@ class TestMakeTrigger:
         with pytest.raises(ValueError) as info:
             make_trigger(**options)
         assert message in str(info.value)
+
+    def test_identical_arguments_give_one_trigger(self):
+        cron = make_trigger(cron="*/5 * * * * *", zone="Europe/Berlin", missed="skip")
+        assert make_trigger(cron="*/5 * * * * *", zone="Europe/Berlin", missed="skip") is cron
+        assert cron.describe() is cron.describe()
+        rate = make_trigger(fixed_rate="30s", initial_delay=5, misfire_threshold=s(7))
+        assert make_trigger(fixed_rate="30s", initial_delay=5, misfire_threshold=s(7)) is rate
+        assert make_trigger(fixed_delay=s(5), default_zone=BERLIN) is make_trigger(
+            fixed_delay=s(5), default_zone=BERLIN
+        )
+
+    def test_different_arguments_give_different_triggers(self):
+        base = make_trigger(cron="0 0 9 * * *", default_zone=BERLIN)
+        others = {
+            "zone": make_trigger(cron="0 0 9 * * *", default_zone=NEW_YORK),
+            "threshold": make_trigger(
+                cron="0 0 9 * * *", default_zone=BERLIN, misfire_threshold=s(6)
+            ),
+            "missed": make_trigger(cron="0 0 9 * * *", default_zone=BERLIN, missed="skip"),
+            "text": make_trigger(cron="0 0 9 ? * *", default_zone=BERLIN),
+        }
+        for what, other in others.items():
+            assert other is not base, what
+        assert others["zone"].zone is NEW_YORK
+        assert others["threshold"].misfire_threshold == s(6)
+        assert others["missed"].missed is MissedRuns.SKIP
+        assert others["text"].describe() == "cron 0 0 9 ? * * Europe/Berlin"
+
+    def test_arguments_equal_but_told_apart_give_their_own_trigger(self):
+        # Fixed offsets compare by offset alone, equal instants across zones compare equal,
+        # and True == 1: none of them may be served a trigger built from the other.
+        zulu = timezone(timedelta(0), "Z")
+        assert make_trigger(cron="@daily", default_zone=UTC).describe() == "cron @daily UTC"
+        assert make_trigger(cron="@daily", default_zone=zulu).describe() == "cron @daily Z"
+        berlin_noon = datetime(2026, 3, 1, 13, 0, tzinfo=BERLIN)
+        assert make_trigger(at=T0).describe() == "once at 2026-03-01T12:00:00+00:00"
+        assert make_trigger(at=berlin_noon).describe() == "once at 2026-03-01T13:00:00+01:00"
+        assert make_trigger(fixed_rate=1) == FixedRateTrigger(s(1))
+        with pytest.raises(ValueError, match="invalid fixed_rate True"):
+            make_trigger(fixed_rate=True)
+
+    def test_a_copy_describes_itself(self):
+        trigger = make_trigger(cron="0 0 9 * * *", default_zone=BERLIN)
+        assert trigger.describe() == "cron 0 0 9 * * * Europe/Berlin"
+        moved = dataclasses.replace(trigger, zone=NEW_YORK)
+        assert moved.describe() == "cron 0 0 9 * * * America/New_York"
+        copy = pickle.loads(pickle.dumps(trigger))
+        assert copy == trigger
+        assert copy.describe() == "cron 0 0 9 * * * Europe/Berlin"
+        rate = make_trigger(fixed_rate="1m")
+        assert rate.describe() == "every 1m"
+        assert dataclasses.replace(rate, period=s(30)).describe() == "every 30s"
 
     def test_invalid_cron_is_a_value_error(self):
         with pytest.raises(InvalidCronExpression, match="hour value 25 is out of range 0-23"):

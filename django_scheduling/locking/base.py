@@ -24,7 +24,7 @@ class InvalidLockHandle(RuntimeError):
     """A lock handle was used after it was unlocked or extended."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockConfiguration:
     """What to lock and for how long.
 
