@@ -6,7 +6,8 @@ pausing, resuming and asking for a run now (see ``admin_views.TaskControlMixin``
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote, unquote
@@ -30,7 +31,10 @@ from .admin_views import (
     format_time,
 )
 from .models import ScheduledTask, TaskLock, TaskRun, TriggerKind
-from .monitoring import TaskState, annotate_state
+from .monitoring import StateAnnotations, TaskState, annotate_state
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise, WithAnnotations
 
 #: How many runs the page of a task lists.
 RECENT_RUNS = 20
@@ -58,7 +62,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-def time_column(field: str, description: str) -> Any:
+def time_column(field: str, description: StrOrPromise) -> Any:
     """Return a list/detail column showing the time *field* to the second, in the project zone."""
 
     @admin.display(description=description, ordering=field)
@@ -70,11 +74,24 @@ def time_column(field: str, description: str) -> Any:
 
 #: Overdue first: those rows need someone's attention. ``state_order`` is an annotation, which
 #: ``ModelAdmin.ordering`` cannot name, hence ``get_ordering()`` and ``TaskChangeList``.
-TASK_ORDERING = ["state_order", "next_fire_time", "name"]
+TASK_ORDERING = ("state_order", "next_fire_time", "name")
+
+
+class TaskAnnotations(StateAnnotations):
+    """The values that ``ScheduledTaskAdmin.get_queryset()`` adds to each task."""
+
+    lock_holder: str | None
+    lock_held_until: datetime | None
+
+
+class RunAnnotations(TypedDict):
+    """The value that ``TaskRunAdmin.get_queryset()`` adds to each run."""
+
+    task_exists: bool
 
 
 class TaskChangeList(ChangeList):
-    def _get_default_ordering(self) -> list[str]:
+    def _get_default_ordering(self) -> tuple[str, ...]:
         # Mark the columns of the real default order in the headers, not the model's.
         return TASK_ORDERING
 
@@ -152,7 +169,7 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
             .order_by(*self.get_ordering(request))
         )
 
-    def get_ordering(self, request: HttpRequest) -> list[str]:
+    def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
         return TASK_ORDERING
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
@@ -187,7 +204,7 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
         return format_html('<span class="ds-trigger">{}</span>', text)
 
     @admin.display(description=_("state"), ordering="state_order")
-    def state_badge(self, task: ScheduledTask) -> str:
+    def state_badge(self, task: WithAnnotations[ScheduledTask, TaskAnnotations]) -> str:
         return badge(task.state, STATE_LABELS[TaskState(task.state)])
 
     @admin.display(description=_("next fire time"), ordering="next_fire_time")
@@ -211,7 +228,7 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
         )
 
     @admin.display(description=_("lock held by"))
-    def lock(self, task: ScheduledTask) -> str:
+    def lock(self, task: WithAnnotations[ScheduledTask, TaskAnnotations]) -> str:
         if task.lock_holder is None:
             return "-"
         # The date and the time each stay whole when a narrow column wraps the line.
@@ -223,7 +240,7 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
             '<span class="ds-one-line" title="{}">{}</span><span class="ds-relative">{}</span>',
             task.lock_holder,
             task.lock_holder,
-            format_html(_("until {}"), until),
+            format_html(str(_("until {}")), until),
         )
 
 
@@ -252,7 +269,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
     list_display = ["id", "status_badge", "task", "started_on", "duration_text", "error"]
     list_filter = [TaskNameFilter, "status", "lock_lost", "started_at"]
     show_full_result_count = False  # the history can be long; spare a COUNT(*) per page
-    fields = [
+    fields = (
         "task",
         "status_badge",
         "scheduled",
@@ -265,7 +282,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
         "error_type",
         "error_message",
         "traceback_text",
-    ]
+    )
     readonly_fields = fields  # the history is never edited
     scheduled = time_column("scheduled_at", _("scheduled for"))
     started = time_column("started_at", _("started at"))
@@ -276,7 +293,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
         return super().get_queryset(request).annotate(task_exists=Exists(task))
 
     @admin.display(description=_("task"), ordering="task_name")
-    def task(self, run: TaskRun) -> str:
+    def task(self, run: WithAnnotations[TaskRun, RunAnnotations]) -> str:
         name = format_html('<span class="ds-name">{}</span>', breakable(run.task_name))
         if not run.task_exists:
             return name

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
@@ -36,6 +37,12 @@ from .durations import format_duration
 from .formats import format_time
 from .models import ScheduledTask, TaskRun
 from .monitoring import TaskState, overdue_tasks
+
+if TYPE_CHECKING:
+    # The mixin is used only on a ModelAdmin of ScheduledTask, whose methods it calls.
+    _TaskAdminBase = admin.ModelAdmin[ScheduledTask]
+else:
+    _TaskAdminBase = object
 
 __all__ = [
     "STATE_LABELS",
@@ -86,7 +93,7 @@ def configuration_errors(request: HttpRequest | None = None) -> list[checks.Chec
         return cached
     errors: list[checks.CheckMessage] = list(scheduler_errors())
     if request is not None:
-        request._scheduling_configuration_errors = errors
+        request._scheduling_configuration_errors = errors  # type: ignore[attr-defined]
     return errors
 
 
@@ -153,7 +160,7 @@ def overdue_count() -> int:
     ).count()
 
 
-class TaskControlMixin:
+class TaskControlMixin(_TaskAdminBase):
     """Pause, resume and "run now" for ``ScheduledTaskAdmin``.
 
     Each control is an admin action on the change list and a POST-only view behind a button on

@@ -46,7 +46,7 @@ _refused: list[Any] = []
 _refused_pid: int | None = None
 
 
-def serving_mode(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> str:
+def serving_mode(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> str:
     """Return how this process serves: ``"now"`` (start here), ``"after_fork"`` (start in each
     forked worker) or ``"no"``."""
     argv = sys.argv if argv is None else argv
@@ -102,14 +102,14 @@ def _management_command(argv: list[str]) -> str | None:
 
 def _importable_uwsgi() -> bool:
     try:
-        import uwsgi  # type: ignore[import-not-found]  # noqa: F401
+        import uwsgi  # noqa: F401
     except ImportError:
         return False
     return True
 
 
 def _uwsgi_mode() -> str:
-    import uwsgi  # type: ignore[import-not-found]
+    import uwsgi
 
     lazy = uwsgi.opt.get("lazy-apps") or uwsgi.opt.get("lazy")
     return "now" if lazy or uwsgi.worker_id() > 0 else "after_fork"
@@ -147,7 +147,7 @@ def management_command(argv: list[str] | None = None) -> str | None:
 
 def _start_after_fork() -> None:
     if "uwsgi" in sys.modules:
-        import uwsgi  # type: ignore[import-not-found]
+        import uwsgi
 
         previous = getattr(uwsgi, "post_fork_hook", None)
 

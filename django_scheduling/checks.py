@@ -9,6 +9,7 @@ for code that wants to show why the scheduler is not running.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -137,7 +138,7 @@ def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error
     return errors
 
 
-def describe(messages: list[checks.CheckMessage]) -> str:
+def describe(messages: Sequence[checks.CheckMessage]) -> str:
     """Return *messages* one to a line, each with its id and hint, for a log or an exception."""
     lines = []
     for message in messages:

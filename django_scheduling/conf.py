@@ -112,7 +112,8 @@ class SchedulingSettings:
             )
         elif instance is not None and len(instance) > 255:
             problems.append("SCHEDULING['INSTANCE_NAME'] is longer than 255 characters")
-        fields = {
+        # Each value is None only when its problem was noted, and then nothing is built.
+        fields: dict[str, Any] = {
             "autostart": reader.boolean("AUTOSTART"),
             "task_module": reader.text("TASK_MODULE"),
             "core_pool_size": core,

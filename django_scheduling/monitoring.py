@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, TypedDict
 
 from django.db.models import Case, F, Q, QuerySet, Value, When
 
 from .models import RunStatus, ScheduledTask
 
-__all__ = ["TaskState", "annotate_state", "overdue_tasks"]
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+__all__ = ["TaskState", "StateAnnotations", "annotate_state", "overdue_tasks"]
 
 
 class TaskState(enum.StrEnum):
@@ -23,6 +27,13 @@ class TaskState(enum.StrEnum):
     UPCOMING = "upcoming"
     REMOVED = "removed"
     DONE = "done"
+
+
+class StateAnnotations(TypedDict):
+    """The values that ``annotate_state()`` adds to each task."""
+
+    state: str
+    state_order: int
 
 
 def _overdue_q(now: datetime, overdue_after: timedelta) -> Q:
@@ -39,7 +50,7 @@ def _overdue_q(now: datetime, overdue_after: timedelta) -> Q:
 
 def annotate_state(
     queryset: QuerySet[ScheduledTask], *, now: datetime, overdue_after: timedelta
-) -> QuerySet[ScheduledTask]:
+) -> QuerySet[WithAnnotations[ScheduledTask, StateAnnotations]]:
     """Annotate each task with ``state`` and ``state_order`` (overdue first).
 
     A running task counts as running even when its next fire time has passed meanwhile."""
@@ -66,7 +77,7 @@ def annotate_state(
 
 def overdue_tasks(
     *, now: datetime, overdue_after: timedelta, using: str
-) -> QuerySet[ScheduledTask]:
+) -> QuerySet[WithAnnotations[ScheduledTask, StateAnnotations]]:
     """Return the overdue tasks, the most overdue first (the rule of ``annotate_state``)."""
     tasks = ScheduledTask.objects.using(using).select_related("last_run")
     return (

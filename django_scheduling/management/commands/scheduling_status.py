@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -64,7 +65,7 @@ class Command(BaseCommand):
         elif tasks:
             for task in tasks:
                 self.stdout.write(
-                    f"{task.name}  due {_local(task.next_fire_time)}  "
+                    f"{task.name}  due {_local(_due(task))}  "
                     f"late by {_late(task, now=now)}  ({task.trigger})"
                 )
         else:
@@ -92,7 +93,7 @@ def _overdue_after(text: str) -> timedelta:
 
 
 def _as_json(
-    tasks: list[ScheduledTask], *, now: datetime, overdue_after: timedelta
+    tasks: Sequence[ScheduledTask], *, now: datetime, overdue_after: timedelta
 ) -> dict[str, Any]:
     return {
         "ok": not tasks,
@@ -102,8 +103,8 @@ def _as_json(
             {
                 "name": task.name,
                 "trigger": task.trigger,
-                "next_fire_time": task.next_fire_time.isoformat(),
-                "late_seconds": round((now - task.next_fire_time).total_seconds(), 3),
+                "next_fire_time": _due(task).isoformat(),
+                "late_seconds": round((now - _due(task)).total_seconds(), 3),
             }
             for task in tasks
         ],
@@ -115,4 +116,10 @@ def _local(moment: datetime) -> str:
 
 
 def _late(task: ScheduledTask, *, now: datetime) -> str:
-    return format_duration(timedelta(seconds=round((now - task.next_fire_time).total_seconds())))
+    return format_duration(timedelta(seconds=round((now - _due(task)).total_seconds())))
+
+
+def _due(task: ScheduledTask) -> datetime:
+    """Return an overdue task's next fire time, which ``overdue_tasks()`` requires to be set."""
+    assert task.next_fire_time is not None
+    return task.next_fire_time
