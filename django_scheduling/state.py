@@ -59,6 +59,12 @@ def _state(row: ScheduledTask) -> TriggerState:
     )
 
 
+_SYNC_FIELDS = ("name", "kind", "trigger", "removed_at", "anchor", "last_fire_time")
+_SYNC_FIELDS += ("last_finished_at",)
+#: Rows written per statement at start-up.
+_CHUNK = 500
+
+
 def sync_tasks(
     tasks: Iterable[tuple[str, Trigger]], *, now: datetime, using: str, complete: bool
 ) -> dict[str, TriggerState]:
@@ -69,56 +75,81 @@ def sync_tasks(
     counted as missed). Claims name the trigger they were computed from, so an instance still
     running the old trigger can no longer claim a fire time. With *complete* (every task of
     the code is in *tasks*), rows of tasks no longer in the code are marked removed.
+
+    The rows are read as tuples, and written in batches: ten thousand tasks start in a few
+    dozen statements, without a model instance per task.
     """
     tasks = list(tasks)
     manager = ScheduledTask.objects.using(using)
-    rows = {row.name: row for row in manager.all()}
-    missing = [
-        ScheduledTask(
-            name=name,
-            kind=trigger.kind,
-            trigger=describe(trigger),
-            anchor=trigger.initial_anchor(now=now),
-        )
-        for name, trigger in tasks
-        if name not in rows
-    ]
-    if missing:
+
+    def read() -> dict[str, tuple[Any, ...]]:
+        return {row[0]: row for row in manager.order_by().values_list(*_SYNC_FIELDS).iterator()}
+
+    rows = read()
+    missing = [(name, trigger) for name, trigger in tasks if name not in rows]
+    for first in range(0, len(missing), _CHUNK):
         # Another instance may create the same rows at the same moment: its rows win.
-        manager.bulk_create(missing, ignore_conflicts=True, batch_size=500)
-        rows = {row.name: row for row in manager.all()}
+        manager.bulk_create(
+            [
+                ScheduledTask(
+                    name=name,
+                    kind=trigger.kind,
+                    trigger=describe(trigger),
+                    anchor=trigger.initial_anchor(now=now),
+                )
+                for name, trigger in missing[first : first + _CHUNK]
+            ],
+            ignore_conflicts=True,
+        )
+    if missing:
+        rows = read()
+    states: dict[str, TriggerState] = {}
+    removed_again: list[str] = []
     for name, trigger in tasks:
-        row = rows[name]
+        _, kind, stored, removed_at, anchor, last_fire, last_finished = rows[name]
         described = describe(trigger)
-        changes: dict[str, object] = {}
-        if row.trigger != described or row.kind != trigger.kind:
-            changes.update(
+        if stored != described or kind != trigger.kind:
+            anchor, last_fire, last_finished = trigger.initial_anchor(now=now), None, None
+            manager.filter(name=name).update(
                 trigger=described,
                 kind=trigger.kind,
-                anchor=trigger.initial_anchor(now=now),
+                anchor=anchor,
                 last_fire_time=None,
                 last_finished_at=None,
                 next_fire_time=None,
+                removed_at=None,
             )
-        if row.removed_at is not None:
-            changes["removed_at"] = None
-        if changes:
-            manager.filter(name=name).update(**changes)
-            for field, value in changes.items():
-                setattr(row, field, value)
+        elif removed_at is not None:
+            removed_again.append(name)
+        states[name] = TriggerState(anchor, last_fire, last_finished)
+    for first in range(0, len(removed_again), _CHUNK):
+        manager.filter(name__in=removed_again[first : first + _CHUNK]).update(removed_at=None)
     if complete:
         names = {name for name, _ in tasks}
-        stale = [n for n, row in rows.items() if n not in names and row.removed_at is None]
-        if stale:
-            manager.filter(name__in=stale).update(removed_at=now)
-    return {name: _state(rows[name]) for name, _ in tasks}
+        stale = [n for n, row in rows.items() if n not in names and row[3] is None]
+        for first in range(0, len(stale), _CHUNK):
+            manager.filter(name__in=stale[first : first + _CHUNK]).update(removed_at=now)
+    return states
 
 
 def publish_next_fire_times(times: dict[str, datetime | None], *, using: str) -> None:
-    """Store the next fire times the scheduler computed at start, for the admin."""
+    """Store the next fire times the scheduler computed at start, for the admin: one
+    statement per distinct time and batch of names."""
     manager = ScheduledTask.objects.using(using)
-    rows = [ScheduledTask(name=name, next_fire_time=when) for name, when in times.items()]
-    manager.bulk_update(rows, ["next_fire_time"], batch_size=500)
+    by_time: dict[datetime | None, list[str]] = {}
+    for name, when in times.items():
+        by_time.setdefault(when, []).append(name)
+    if len(by_time) * 20 > len(times):  # mostly distinct times (jitter): a CASE per batch
+        items = list(times.items())
+        for first in range(0, len(items), _CHUNK):
+            batch = [
+                ScheduledTask(name=n, next_fire_time=w) for n, w in items[first : first + _CHUNK]
+            ]
+            manager.bulk_update(batch, ["next_fire_time"])
+        return
+    for when, names in by_time.items():
+        for first in range(0, len(names), _CHUNK):
+            manager.filter(name__in=names[first : first + _CHUNK]).update(next_fire_time=when)
 
 
 def describe(trigger: Trigger) -> str:
