@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-__all__ = ["datetime_adapter", "duration_adapter", "aware"]
+__all__ = ["datetime_adapter", "duration_adapter", "aware", "column"]
 
 
 def datetime_adapter(vendor: str) -> Callable[[datetime | None], Any]:
@@ -43,3 +43,9 @@ def aware(value: Any) -> datetime | None:
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value
+
+
+def column(model: Any, field: str) -> str:
+    """Return the column name of *model*'s field *field*."""
+    found = model._meta.get_field(field)
+    return str(found.column)

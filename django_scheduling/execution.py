@@ -21,13 +21,14 @@ next fire time comes from ``_next()``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
 import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone, translation
@@ -76,7 +77,7 @@ class TaskSpec:
     #: A fire time skipped as locked that is looked at again, while it may still be run.
     recheck: datetime | None = None
     locked_since: datetime | None = None
-    locked_holder: tuple[Any, Any] | None = None
+    locked_holder: tuple[datetime, str, datetime] | None = None
     longest_run: timedelta = timedelta(0)
     warned_trigger: str | None = None
 
@@ -422,10 +423,10 @@ class TaskRunner:
                 continue  # deleted while the scheduler ran: run() creates it again
             self._database_answered(spec)
             spec.state = row.state
-            claimed = row.state.last_fire_time
-            if spec.recheck is not None and claimed is not None and claimed >= spec.recheck:
+            last = row.state.last_fire_time
+            if spec.recheck is not None and last is not None and last >= spec.recheck:
                 spec.recheck = None  # claimed elsewhere since it was found locked
-                self._count_skip(spec, claimed, "already run")
+                self._count_skip(spec, last, "already run")
                 outcomes[index] = self._next(spec)
                 continue
             decision = decide(spec.trigger, spec.described, row, now=now, firing=firing)
@@ -436,11 +437,11 @@ class TaskRunner:
             to_run[index] = decision
         if not to_run:
             return
-        configs = [specs[index].lock_config for index in to_run]
+        configs = [cast(LockConfiguration, specs[index].lock_config) for index in to_run]
         absent = {config.name for config in configs if config.name not in found.locks}
         # One commit for the locks, the runs' records and the claims: all or none.
         with transaction.atomic(using=self.using):
-            locks = self.provider.lock_many(
+            locks = self.provider.lock_many(  # type: ignore[attr-defined]
                 configs, now=found.now or now, absent=absent, joined=True
             )
             won = [
@@ -497,22 +498,20 @@ class TaskRunner:
         for (index, lock), run_id in zip(won, run_ids, strict=True):
             spec = specs[index]
             fire_time = decisions[index].fire_time
-            planned = claimed.get(spec.name, False)
-            if planned is False:
+            if spec.name not in claimed:
                 unrun_locks.append(lock)
                 if run_id is not None:
                     unrun_ids.append(run_id)
                 self._count_skip(spec, fire_time, "already run")
                 outcomes[index] = self._next(spec)
                 continue
+            planned = claimed[spec.name]
             spec.state = replace(spec.state, last_fire_time=fire_time)
             held = self.keepalive.hold(lock, spec.name) if self.keepalive is not None else None
             if held is None:
                 held = KeptAliveLock(lock, spec.name, None)
             outcomes[index] = Call(
-                lambda done, spec=spec, fire_time=fire_time, run_id=run_id, held=held, planned=planned: (  # noqa: E501
-                    self._run_claimed(spec, fire_time, run_id, held, planned, done)
-                )
+                functools.partial(self._run_claimed, spec, fire_time, run_id, held, planned)
             )
         if unrun_locks:
             self._release_unrun(unrun_locks, unrun_ids)
@@ -858,7 +857,7 @@ class TaskRunner:
         if now - spec.locked_since <= max(LOCKED_REPORT_AFTER, spec.longest_run):
             return
         spec.locked_since = now
-        if holder is False:
+        if holder is False or holder is True:
             holder = state.read_lock_holder(spec.name, using=self.using)
         if holder is not None and holder == spec.locked_holder:
             logger.warning(

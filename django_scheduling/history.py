@@ -10,7 +10,7 @@ from django.db import connections
 from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
 
-from .dbvalues import datetime_adapter, duration_adapter
+from .dbvalues import column, datetime_adapter, duration_adapter
 from .models import RunStatus, TaskLock, TaskRun
 
 __all__ = [
@@ -91,7 +91,7 @@ def _insert_starts(
     columns = ("task_name", "scheduled_at", "started_at", "status", "instance", "locked_at")
     constants = {"error_type": "", "error_message": "", "traceback": "", "lock_lost": False}
     names = [*columns, *constants]
-    column_sql = ", ".join(q(meta.get_field(name).column) for name in names)
+    column_sql = ", ".join(q(column(TaskRun, name)) for name in names)
     adapt = datetime_adapter(conn.vendor)
     row_sql = "(" + ", ".join(["%s"] * len(names)) + ")"
     at = adapt(started)
@@ -99,7 +99,7 @@ def _insert_starts(
     for name, fire_time, locked_at in runs:
         params += [name, adapt(fire_time), at, RunStatus.RUNNING.value, instance, adapt(locked_at)]
         params += constants.values()
-    pk = q(meta.pk.column)
+    pk = q(column(TaskRun, "id"))
     statement = f"INSERT INTO {q(meta.db_table)} ({column_sql}) VALUES "
     statement += ", ".join([row_sql] * len(runs))
     with conn.cursor() as cursor:
@@ -157,8 +157,7 @@ def _record_successes(conn: Any, ends: list[Ended]) -> None:
     meta = TaskRun._meta
     q = conn.ops.quote_name
     pk, status, started, finished, duration = (
-        q(meta.get_field(f).column)
-        for f in ("id", "status", "started_at", "finished_at", "duration")
+        q(column(TaskRun, f)) for f in ("id", "status", "started_at", "finished_at", "duration")
     )
     cases = " ".join(["WHEN %s THEN %s"] * len(ends))
     is_postgres = conn.vendor == "postgresql"
@@ -276,7 +275,9 @@ def mark_lost_runs(*, now: datetime, using: str) -> list[tuple[int, str, int | N
     lost = TaskRun.objects.using(using).filter(
         Exists(gone), status=RunStatus.RUNNING, locked_at__isnull=False
     )
-    found = list(lost.values_list("pk", "task_name", "recovery_of_id"))
+    found: list[tuple[int, str, int | None]] = list(
+        lost.values_list("pk", "task_name", "recovery_of_id")
+    )
     if not found:
         return []
     TaskRun.objects.using(using).filter(

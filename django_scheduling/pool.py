@@ -264,13 +264,15 @@ class WorkerPool:
         while not self._queue:
             timeout: float | None = None
             if self._shut_down:
-                return self._retire(me)
+                self._retire(me)
+                return None
             if len(self._workers) > self.core_size:  # not needed as a core thread: may time out
                 now = time.monotonic()
                 if deadline is None:
                     deadline = now + self.keep_alive
                 if now >= deadline:
-                    return self._retire(me)
+                    self._retire(me)
+                    return None
                 timeout = deadline - now
             else:
                 deadline = None

@@ -322,6 +322,6 @@ def autodiscover() -> None:
     except ImproperlyConfigured:
         # The system checks report the setting; discover with what can be read of it.
         raw = getattr(settings, "SCHEDULING", None)
-        module = raw.get("TASK_MODULE") if isinstance(raw, Mapping) else None
-        module = module if isinstance(module, str) and module else DEFAULTS["TASK_MODULE"]
+        given = raw.get("TASK_MODULE") if isinstance(raw, Mapping) else None
+        module = given if isinstance(given, str) and given else DEFAULTS["TASK_MODULE"]
     autodiscover_modules(module)

@@ -11,6 +11,7 @@ what a firing does (locking, history) is the runner's business, on a worker thre
 from __future__ import annotations
 
 import enum
+import functools
 import heapq
 import itertools
 import logging
@@ -298,7 +299,7 @@ class Scheduler:
         for first in range(0, len(batch), BATCH_SIZE):
             chunk = batch[first : first + BATCH_SIZE]
             try:
-                self._batches.submit(lambda chunk=chunk: self._claim(chunk), label="claims")
+                self._batches.submit(functools.partial(self._claim, chunk), label="claims")
             except RuntimeError:
                 return due  # no claim thread could start: one at a time, in the pool
         batched = set(map(id, batch))
@@ -355,6 +356,7 @@ class Scheduler:
                     if generation == -1:  # a run request
                         entry.request_queued = False
                         if entry.running:
+                            assert isinstance(firing, RunRequest)
                             entry.pending_request = entry.pending_request or firing
                             continue
                     elif generation != entry.generation or entry.running:

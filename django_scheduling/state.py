@@ -15,7 +15,7 @@ from typing import Any
 from django.db import IntegrityError, connections
 from django.db.models import Q
 
-from .dbvalues import aware, datetime_adapter
+from .dbvalues import aware, column, datetime_adapter
 from .models import ScheduledTask, TaskLock, TaskRun
 from .triggers import Trigger, TriggerState
 
@@ -59,8 +59,15 @@ def _state(row: ScheduledTask) -> TriggerState:
     )
 
 
-_SYNC_FIELDS = ("name", "kind", "trigger", "removed_at", "anchor", "last_fire_time")
-_SYNC_FIELDS += ("last_finished_at",)
+_SYNC_FIELDS = (
+    "name",
+    "kind",
+    "trigger",
+    "removed_at",
+    "anchor",
+    "last_fire_time",
+    "last_finished_at",
+)
 #: Rows written per statement at start-up.
 _CHUNK = 500
 
@@ -316,24 +323,24 @@ def read_rows(names: list[str], *, using: str) -> Rows:
     q = conn.ops.quote_name
     task, run, lock = ScheduledTask._meta, TaskRun._meta, TaskLock._meta
 
-    def column(meta: Any, field: str, table: str) -> str:
-        return f"{table}.{q(meta.get_field(field).column)}"
+    def qualified(meta: Any, field: str, table: str) -> str:
+        return f"{table}.{q(column(meta.model, field))}"
 
-    fields = [column(task, f, "t") for f in ("name", "anchor", "last_fire_time")]
-    fields += [column(task, f, "t") for f in ("last_finished_at", "paused", "trigger")]
-    fields += [column(task, f, "t") for f in ("run_requested_at", "last_run", "recover_run")]
-    fields += [column(run, "scheduled_at", "r")]
-    fields += [column(lock, f, "l") for f in ("locked_at", "locked_by", "lock_until")]
+    fields = [qualified(task, f, "t") for f in ("name", "anchor", "last_fire_time")]
+    fields += [qualified(task, f, "t") for f in ("last_finished_at", "paused", "trigger")]
+    fields += [qualified(task, f, "t") for f in ("run_requested_at", "last_run", "recover_run")]
+    fields += [qualified(run, "scheduled_at", "r")]
+    fields += [qualified(lock, f, "l") for f in ("locked_at", "locked_by", "lock_until")]
     database_now = _DATABASE_NOW.get(conn.vendor)
     if database_now is not None:
         fields.append(database_now)
     statement = (
         f"SELECT {', '.join(fields)} FROM {q(task.db_table)} t "
-        f"LEFT JOIN {q(run.db_table)} r ON r.{q(run.pk.column)} = "
-        f"{column(task, 'recover_run', 't')} "
+        f"LEFT JOIN {q(run.db_table)} r ON r.{q(column(TaskRun, 'id'))} = "
+        f"{qualified(task, 'recover_run', 't')} "
         f"LEFT JOIN {q(lock.db_table)} l "
-        f"ON {column(lock, 'name', 'l')} = {column(task, 'name', 't')} "
-        f"WHERE {column(task, 'name', 't')} IN ({', '.join(['%s'] * len(names))})"
+        f"ON {qualified(lock, 'name', 'l')} = {qualified(task, 'name', 't')} "
+        f"WHERE {qualified(task, 'name', 't')} IN ({', '.join(['%s'] * len(names))})"
     )
     with conn.cursor() as cursor:
         cursor.execute(statement, names)
@@ -345,7 +352,7 @@ def read_rows(names: list[str], *, using: str) -> Rows:
         name, anchor, last_fire, last_finished, paused, trigger, requested, last_run = values[:8]
         recover, fire, held_at, held_by, held_until = values[8:13]
         if held_by is not None:
-            holders[name] = (aware(held_at), held_by, aware(held_until))
+            holders[name] = (held_at and aware(held_at), held_by, held_until and aware(held_until))  # type: ignore[assignment]
         if database_now is not None:
             now = aware(values[13])
         rows[name] = TaskRow(
@@ -376,9 +383,9 @@ def claim_many(
     conn = connections[using]
     q = conn.ops.quote_name
     meta = ScheduledTask._meta
-    column = {f: q(meta.get_field(f).column) for f in ("name", "trigger", "last_fire_time")}
-    run_column = q(meta.get_field("last_run").column)
-    next_column = q(meta.get_field("next_fire_time").column)
+    columns = {f: q(column(ScheduledTask, f)) for f in ("name", "trigger", "last_fire_time")}
+    run_column = q(column(ScheduledTask, "last_run"))
+    next_column = q(column(ScheduledTask, "next_fire_time"))
     adapt = datetime_adapter(conn.vendor)
     value = adapt(fire_time)
     name_sql = ", ".join(["%s"] * len(claims))
@@ -388,14 +395,14 @@ def claim_many(
     cast = "::timestamptz" if conn.vendor == "postgresql" else ""
     big = "::bigint" if conn.vendor == "postgresql" else ""
     statement = (
-        f"UPDATE {q(meta.db_table)} SET {column['last_fire_time']} = %s, "
-        f"{run_column} = CASE {column['name']} {run_cases} END{big}, "
-        f"{next_column} = CASE {column['name']} {next_cases} END{cast} "
-        f"WHERE {column['name']} IN ({name_sql}) "
-        f"AND {column['trigger']} = CASE {column['name']} {trigger_cases} END "
-        f"AND ({column['last_fire_time']} IS NULL OR {column['last_fire_time']} < %s)"
+        f"UPDATE {q(meta.db_table)} SET {columns['last_fire_time']} = %s, "
+        f"{run_column} = CASE {columns['name']} {run_cases} END{big}, "
+        f"{next_column} = CASE {columns['name']} {next_cases} END{cast} "
+        f"WHERE {columns['name']} IN ({name_sql}) "
+        f"AND {columns['trigger']} = CASE {columns['name']} {trigger_cases} END "
+        f"AND ({columns['last_fire_time']} IS NULL OR {columns['last_fire_time']} < %s)"
     )
-    params: list[object] = [value]
+    params: list[Any] = [value]
     for name, _, run_id, _ in claims:
         params += [name, run_id]
     for name, _, _, next_time in claims:

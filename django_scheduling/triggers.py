@@ -18,7 +18,7 @@ import functools
 import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
-from typing import Protocol
+from typing import Protocol, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .cron import CronExpression
@@ -358,12 +358,12 @@ _CacheKey = tuple[tuple[str, type, object, str | None], ...]
 def trigger_key(**arguments: object) -> _CacheKey | None:
     """Return a key equal for arguments that build the same trigger, or ``None`` when one of
     them is of a type whose equal values may build different ones."""
-    key = []
+    key: list[tuple[str, type, object, str | None]] = []
     for name, value in arguments.items():
         kind = type(value)
         if kind is timezone:
             # Fixed offsets compare by offset alone; the name shows in the description.
-            key.append((name, kind, value, value.tzname(None)))  # type: ignore[union-attr]
+            key.append((name, kind, value, cast(timezone, value).tzname(None)))
         elif kind in _INTERCHANGEABLE:
             key.append((name, kind, value, None))
         else:

@@ -11,6 +11,7 @@ error keeps the writes in the outbox, as for a single firing: the runs happened.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -149,7 +150,7 @@ class EndWriter:
             for end in ends:
                 self.outbox.add(
                     f"the end of run {end.run_id}",
-                    lambda end=end: history.record_ends(using=self.using, ends=[end]),
+                    functools.partial(history.record_ends, using=self.using, ends=[end]),
                 )
 
     def _keep_trying(self, what: str, write: Callable[[], None]) -> None:

@@ -39,6 +39,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..clock import utcnow
 from ..conf import get_settings
+from ..dbvalues import column
 from ..models import TaskLock
 from .base import Lock, LockConfiguration, LockError
 
@@ -84,7 +85,7 @@ class _Sql:
         q, meta = conn.ops.quote_name, TaskLock._meta
         self.conn, self.table = conn, q(meta.db_table)
         self.name, self.until, self.at, self.by = (
-            q(meta.get_field(f).column) for f in ("name", "lock_until", "locked_at", "locked_by")
+            q(column(TaskLock, f)) for f in ("name", "lock_until", "locked_at", "locked_by")
         )
         self.vendor = conn.vendor
         self.db_time = conn.vendor in ("mysql", "postgresql")
@@ -486,7 +487,7 @@ class DatabaseLockProvider:
                 f"DatabaseLockProvider supports {', '.join(SUPPORTED_VENDORS)}; the database "
                 f"{alias!r} is {conn.vendor}. Set SCHEDULING['DATABASE'] to a supported one."
             )
-        max_name = TaskLock._meta.get_field("name").max_length
+        max_name = TaskLock._meta.get_field("name").max_length or 0
         if len(owner) > _OWNER_LENGTH or (len(name) > max_name and not _strict(conn)):
             raise LockError(
                 f"Lock name {name[:40]!r}... ({len(name)} characters) or owner {owner!r} "
@@ -502,13 +503,13 @@ class DatabaseLockProvider:
         if conn.in_atomic_block or (conn.connection is not None and not conn.get_autocommit()):
             if (
                 conn.vendor == "sqlite"
-                and getattr(conn, "transaction_mode", None) in ("IMMEDIATE", "EXCLUSIVE")
+                and (mode := getattr(conn, "transaction_mode", None)) in ("IMMEDIATE", "EXCLUSIVE")
                 and conn.connection is not None
                 and conn.connection.in_transaction
             ):
                 raise LockError(
                     f"Cannot lock {name!r} inside a transaction on SQLite database {alias!r}: "
-                    f"its {conn.transaction_mode} transaction holds the write lock the lock needs"
+                    f"its {mode} transaction holds the write lock the lock needs"
                 )
             private = self._local.__dict__.setdefault("connections", {})
             if alias not in private:
@@ -571,7 +572,7 @@ def _strict(conn: BaseDatabaseWrapper) -> bool:
     """Return whether the database refuses a value longer than its column."""
     if conn.vendor == "postgresql":
         return True
-    return conn.vendor == "mysql" and bool(conn.sql_mode & _STRICT_MODES)
+    return conn.vendor == "mysql" and bool(getattr(conn, "sql_mode", set()) & _STRICT_MODES)
 
 
 class _DatabaseLock(Lock):
