@@ -38,7 +38,7 @@ class KeptConnection:
         conn = connections[self.using]
         last = getattr(self._local, "last_used", None)
         if conn.connection is not None and (
-            last is None or time.monotonic() - last > IDLE_LIMIT or _broken(conn)
+            (last is not None and time.monotonic() - last > IDLE_LIMIT) or _broken(conn)
         ):
             _close(conn)
         try:

@@ -442,7 +442,7 @@ class TaskRunner:
         # One commit for the locks, the runs' records and the claims: all or none.
         with transaction.atomic(using=self.using):
             locks = self.provider.lock_many(  # type: ignore[attr-defined]
-                configs, now=found.now or now, absent=absent, joined=True
+                configs, now=found.now, absent=absent, joined=True
             )
             won = [
                 (index, locks[specs[index].name]) for index in to_run if specs[index].name in locks

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connections, transaction
 
 from . import history
 from .dbconnection import KeptConnection
@@ -89,6 +89,7 @@ class EndWriter:
             with self._cond:
                 self._cond.wait_for(lambda: self._items or self._stopped)
                 if not self._items:
+                    connections.close_all()  # this thread's own, kept open until now
                     return
                 items, self._items = self._items, []
                 self._busy = True

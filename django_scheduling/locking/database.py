@@ -195,7 +195,7 @@ class DatabaseLockProvider:
         self,
         configs: list[LockConfiguration],
         *,
-        now: datetime,
+        now: datetime | None,
         absent: Collection[str] = (),
         joined: bool = False,
     ) -> dict[str, Lock]:
@@ -204,11 +204,12 @@ class DatabaseLockProvider:
         not exist when the caller looked: they are inserted, in one more statement. One more
         tells which ones this call took when another instance took some at the same moment.
 
-        *now* is the database's clock, read by the caller's statement just before (this
-        process's clock on SQLite). It stands for the time of the acquisition: a lock that
-        expires between that read and this statement counts as held (never free too early),
-        and the locks taken, which all have ``locked_at`` *now*, expire that little bit
-        sooner. Raise ``LockError`` if the database fails: then none is taken.
+        *now* is the database's clock, read by the caller's statement just before; ``None``
+        on SQLite, whose locks go by this process's clock. It stands for the time of the
+        acquisition: a lock that expires between that read and this statement counts as held
+        (never free too early), and the locks taken, which all have ``locked_at`` *now*,
+        expire that little bit sooner. Raise ``LockError`` if the database fails: then none
+        is taken.
 
         With *joined*, the statements run in the transaction of the caller's ``atomic()``
         block on this thread's connection, and take effect when it commits; the scheduler
@@ -219,20 +220,22 @@ class DatabaseLockProvider:
         owner = self.owner
         by_name = {config.name: config for config in configs}
         taken: set[str] = set()
+        taken_at = now or utcnow()
         try:
             sql = self._joined_sql(configs[0].name, owner) if joined else None
             sql = sql or _Sql(self._connection(configs[0].name, owner))
-            at = sql.value(now)
+            taken_at = sql.client_now if now is None or not sql.db_time else now
+            at = sql.value(taken_at)
             groups: dict[timedelta, list[str]] = {}
             for config in configs:
                 if config.name not in absent:
                     groups.setdefault(config.lock_at_most_for, []).append(config.name)
             for most, names in groups.items():
-                taken |= self._take_many(sql, names, owner, at, sql.value(now + most))
+                taken |= self._take_many(sql, names, owner, at, sql.value(taken_at + most))
             missing = [by_name[name] for name in absent if name in by_name]
             if missing:
                 # Rows that do not exist yet are inserted: once per name and database.
-                taken |= self._insert_many(sql, missing, owner, now)
+                taken |= self._insert_many(sql, missing, owner, taken_at)
         except DatabaseError as exc:
             conflict = _code(exc) in _MYSQL_CONFLICT | _POSTGRES_CONFLICT | {_POSTGRES_LOCK_TIMEOUT}
             if conflict and not joined:
@@ -248,8 +251,8 @@ class DatabaseLockProvider:
                 self,
                 owner,
                 by_name[name],
-                locked_at=now,
-                lock_until=now + by_name[name].lock_at_most_for,
+                locked_at=taken_at,
+                lock_until=taken_at + by_name[name].lock_at_most_for,
             )
             for name in taken
         }

@@ -1,0 +1,325 @@
+"""Firings claimed in batches: the runner's ``run_batch``, the batch statements of the lock
+provider, the task rows and the history, and the writer that records ends and releases locks.
+
+Real database, real lock provider; two runners with different instance names stand for two
+instances. Their clocks are injected; the locks use the database's clock, as in production.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from datetime import UTC, datetime, timedelta
+
+from django.db import connection, transaction
+from django.test import TransactionTestCase
+from django.test.utils import CaptureQueriesContext
+
+from django_scheduling.conf import get_settings
+from django_scheduling.execution import TaskRunner
+from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
+from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
+from django_scheduling.outbox import Outbox
+from django_scheduling.registry import TaskRegistry
+from django_scheduling.scheduler import SINGLE, Call, Entry
+from django_scheduling.writer import EndWriter
+
+T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
+DEADLINE = 30.0
+CONTROL = ("BEGIN", "COMMIT", "SET LOCAL", "SAVEPOINT", "RELEASE SAVEPOINT")
+
+
+class Clock:
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class Counter:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.count = 0
+        self.error = error
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            self.count += 1
+        if self.error is not None:
+            raise self.error
+
+
+class Instance:
+    """A runner with its writer, as one scheduler process has them."""
+
+    def __init__(self, name: str, clock: Clock, *, history: bool = True) -> None:
+        conf = dataclasses.replace(get_settings(), instance_name=name, history=history)
+        provider = DatabaseLockProvider(owner=name)
+        self.outbox = Outbox()
+        self.writer = EndWriter(
+            using=conf.database, provider=provider, outbox=self.outbox, name=f"writer-{name}"
+        )
+        self.runner = TaskRunner(
+            conf=conf,
+            provider=provider,
+            default_zone=UTC,
+            clock=clock,
+            outbox=self.outbox,
+            writer=self.writer,
+        )
+        self.writer.start()
+        self.next_times: dict[str, datetime | None] = {}
+
+    def entries(self, definitions) -> list[Entry]:
+        return [Entry(s.name, s) for s in self.runner.specs(definitions, complete=False)]
+
+    def batch(self, entries: list[Entry], firing: datetime):
+        return self.runner.run_batch([(entry, firing) for entry in entries])
+
+    def run_calls(self, entries: list[Entry], outcomes) -> int:
+        """Run the calls among *outcomes* as the pool would, and wait until the writer has
+        recorded their ends; return how many ran."""
+        calls = [
+            (entry, outcome)
+            for entry, outcome in zip(entries, outcomes, strict=True)
+            if isinstance(outcome, Call)
+        ]
+        for entry, call in calls:
+            call.run(
+                lambda next_time, name=entry.name: self.next_times.__setitem__(name, next_time)
+            )
+        assert self.writer.drain(DEADLINE), "the writer did not record the ends in time"
+        return len(calls)
+
+    def stop(self) -> None:
+        self.writer.stop(timeout=DEADLINE)
+
+
+class BatchTests(TransactionTestCase):
+    def setUp(self) -> None:
+        self.registry = TaskRegistry()
+        self.clock = Clock(T0)
+        self.instances: list[Instance] = []
+
+    def tearDown(self) -> None:
+        for instance in self.instances:
+            instance.stop()
+
+    def instance(self, name: str, **options) -> Instance:
+        instance = Instance(name, self.clock, **options)
+        self.instances.append(instance)
+        return instance
+
+    def tasks(self, count: int, **options):
+        options.setdefault("fixed_rate", "10s")
+        counters = [Counter() for _ in range(count)]
+        definitions = [
+            self.registry.add(counter, name=f"job{i:03}", **options)
+            for i, counter in enumerate(counters)
+        ]
+        return definitions, counters
+
+    def test_a_batch_runs_each_due_firing_once_and_records_it(self):
+        definitions, counters = self.tasks(5)
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        self.assertEqual(a.run_calls(entries, a.batch(entries, T0)), 5)
+        self.assertEqual([c.count for c in counters], [1] * 5)
+        runs = TaskRun.objects.order_by("task_name")
+        self.assertEqual(
+            [(r.task_name, r.status, r.scheduled_at, r.instance) for r in runs],
+            [(f"job{i:03}", RunStatus.SUCCEEDED, T0, "a") for i in range(5)],
+        )
+        self.assertTrue(all(r.finished_at is not None and r.duration is not None for r in runs))
+        for row in ScheduledTask.objects.all():
+            self.assertEqual(row.last_fire_time, T0)
+            self.assertEqual(row.last_run_id, runs.get(task_name=row.name).pk)
+            self.assertEqual(row.next_fire_time, T0 + timedelta(seconds=10))
+        # Every lock is released, and another instance could take it now.
+        for lock in TaskLock.objects.all():
+            self.assertEqual(lock.locked_by, "a")
+            self.assertLessEqual(lock.lock_until, datetime.now(UTC))
+        self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
+
+    def test_two_instances_batching_the_same_firings_run_each_once(self):
+        definitions, counters = self.tasks(30)
+        a, b = self.instance("a"), self.instance("b")
+        entries = {"a": a.entries(definitions), "b": b.entries(definitions)}
+        outcomes: dict[str, list] = {}
+        start = threading.Barrier(2)
+
+        def claim(name: str, instance: Instance) -> None:
+            start.wait(DEADLINE)
+            try:
+                outcomes[name] = instance.batch(entries[name], T0)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=claim, args=item) for item in (("a", a), ("b", b))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(DEADLINE)
+        ran = a.run_calls(entries["a"], outcomes["a"]) + b.run_calls(entries["b"], outcomes["b"])
+        self.assertEqual(ran, 30)
+        self.assertEqual([c.count for c in counters], [1] * 30)
+        self.assertEqual(TaskRun.objects.filter(status=RunStatus.SUCCEEDED).count(), 30)
+        self.assertFalse(TaskRun.objects.exclude(status=RunStatus.SUCCEEDED).exists())
+
+    def test_a_firing_another_instance_has_costs_one_statement_for_the_whole_batch(self):
+        definitions, counters = self.tasks(40)
+        a, b = self.instance("a"), self.instance("b")
+        entries_a, entries_b = a.entries(definitions), b.entries(definitions)
+        a.run_calls(entries_a, a.batch(entries_a, T0))
+        with CaptureQueriesContext(connection) as queries:
+            outcomes = b.batch(entries_b, T0)
+        self.assertEqual(len(queries), 1, [q["sql"][:120] for q in queries])
+        self.assertEqual(outcomes, [T0 + timedelta(seconds=10)] * 40)
+        self.assertEqual([c.count for c in counters], [1] * 40)
+        self.assertFalse(TaskRun.objects.filter(instance="b").exists())
+
+    def test_the_statements_of_a_batch_do_not_grow_with_its_size(self):
+        counts = []
+        for size, prefix in ((5, "small"), (60, "large")):
+            definitions = [
+                self.registry.add(Counter(), name=f"{prefix}{i:03}", fixed_rate="10s")
+                for i in range(size)
+            ]
+            a = self.instance(f"a-{prefix}")
+            entries = a.entries(definitions)
+            # The first firing creates the lock rows; the second is the steady state.
+            a.run_calls(entries, a.batch(entries, T0))
+            self.clock.now = T0 + timedelta(seconds=10)
+            with CaptureQueriesContext(connection) as queries:
+                outcomes = a.batch(entries, T0 + timedelta(seconds=10))
+            self.assertTrue(all(isinstance(o, Call) for o in outcomes))
+            # Transaction control (BEGIN, COMMIT, PostgreSQL's SET LOCAL) aside.
+            statements = [q["sql"] for q in queries if not q["sql"].startswith(CONTROL)]
+            counts.append(len(statements))
+            a.run_calls(entries, outcomes)
+            self.clock.now = T0
+        self.assertEqual(counts[0], counts[1])
+        # Read, lock, record the runs, claim (MySQL adds the read of the runs' ids).
+        self.assertLessEqual(counts[1], 5, statements)
+
+    def test_a_lock_held_elsewhere_skips_that_firing_and_looks_again_soon(self):
+        definitions, counters = self.tasks(3)
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        other = DatabaseLockProvider(owner="elsewhere")
+        held = other.lock(LockConfiguration("job001", "10m"))
+        self.assertIsNotNone(held)
+        outcomes = a.batch(entries, T0)
+        self.assertIsInstance(outcomes[0], Call)
+        self.assertIsInstance(outcomes[2], Call)
+        # Not claimed by anyone yet: within the misfire threshold it is looked at again.
+        self.assertEqual(outcomes[1], T0 + timedelta(seconds=1))
+        a.run_calls(entries, outcomes)
+        self.assertEqual([c.count for c in counters], [1, 0, 1])
+        self.assertEqual(ScheduledTask.objects.get(name="job001").last_fire_time, None)
+        held.unlock()
+
+    def test_a_failing_task_is_recorded_as_failed_and_keeps_its_schedule(self):
+        failing = Counter(ValueError("bad <input>"))
+        definitions = [
+            self.registry.add(failing, name="failing", fixed_rate="10s"),
+            self.registry.add(Counter(), name="fine", fixed_rate="10s"),
+        ]
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        a.run_calls(entries, a.batch(entries, T0))
+        run = TaskRun.objects.get(task_name="failing")
+        self.assertEqual((run.status, run.error_type), (RunStatus.FAILED, "builtins.ValueError"))
+        self.assertEqual(run.error_message, "bad <input>")
+        self.assertEqual(TaskRun.objects.get(task_name="fine").status, RunStatus.SUCCEEDED)
+        self.assertEqual(a.next_times["failing"], T0 + timedelta(seconds=10))
+
+    def test_with_the_history_off_nothing_is_recorded_and_each_firing_runs_once(self):
+        definitions, counters = self.tasks(4)
+        a, b = self.instance("a", history=False), self.instance("b", history=False)
+        entries_a, entries_b = a.entries(definitions), b.entries(definitions)
+        ran = a.run_calls(entries_a, a.batch(entries_a, T0))
+        ran += b.run_calls(entries_b, b.batch(entries_b, T0))
+        self.assertEqual(ran, 4)
+        self.assertEqual([c.count for c in counters], [1] * 4)
+        self.assertFalse(TaskRun.objects.exists())
+
+    def test_a_deleted_row_is_left_to_the_single_path(self):
+        definitions, _ = self.tasks(2)
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        ScheduledTask.objects.filter(name="job000").delete()
+        outcomes = a.batch(entries, T0)
+        self.assertIs(outcomes[0], SINGLE)
+        self.assertIsInstance(outcomes[1], Call)
+        a.run_calls(entries, outcomes)
+
+
+class BatchLockTests(TransactionTestCase):
+    def setUp(self) -> None:
+        self.provider = DatabaseLockProvider(owner="a")
+        self.now = datetime.now(UTC)
+
+    def configs(self, *names: str, most: str = "1m") -> list[LockConfiguration]:
+        return [LockConfiguration(name, most) for name in names]
+
+    def test_absent_rows_are_inserted_and_free_rows_taken_held_ones_left(self):
+        held = DatabaseLockProvider(owner="b").lock(LockConfiguration("held", "10m"))
+        assert held is not None
+        free = DatabaseLockProvider(owner="b").lock(LockConfiguration("free", "1m"))
+        assert free is not None and free.unlock()
+        configs = self.configs("new", "free", "held")
+        locks = self.provider.lock_many(configs, now=datetime.now(UTC), absent={"new"})
+        self.assertEqual(sorted(locks), ["free", "new"])
+        rows = {row.name: row for row in TaskLock.objects.all()}
+        self.assertEqual(rows["held"].locked_by, "b")
+        for name in ("new", "free"):
+            self.assertEqual(rows[name].locked_by, "a")
+            self.assertEqual(rows[name].locked_at, locks[name].locked_at)
+        self.assertEqual(self.provider.unlock_many(list(locks.values())), set())
+        self.assertFalse(any(lock.valid for lock in locks.values()))
+        self.assertIsNotNone(DatabaseLockProvider(owner="c").lock(self.configs("new")[0]))
+
+    def test_joined_locks_take_effect_with_the_transaction_and_not_without(self):
+        class Rollback(Exception):
+            pass
+
+        try:
+            with transaction.atomic():
+                locks = self.provider.lock_many(
+                    self.configs("x"), now=datetime.now(UTC), absent={"x"}, joined=True
+                )
+                self.assertEqual(list(locks), ["x"])
+                raise Rollback
+        except Rollback:
+            pass
+        self.assertFalse(TaskLock.objects.filter(name="x").exists())
+        with transaction.atomic():
+            locks = self.provider.lock_many(
+                self.configs("x"), now=datetime.now(UTC), absent={"x"}, joined=True
+            )
+        self.assertEqual(TaskLock.objects.get(name="x").locked_by, "a")
+        with transaction.atomic():
+            self.assertEqual(self.provider.unlock_many(list(locks.values()), joined=True), set())
+        self.assertLessEqual(TaskLock.objects.get(name="x").lock_until, datetime.now(UTC))
+
+    def test_a_lock_taken_over_meanwhile_is_reported_lost_at_release(self):
+        locks = self.provider.lock_many(
+            self.configs("x", "y"), now=datetime.now(UTC), absent={"x", "y"}
+        )
+        # x expired and another instance took it.
+        TaskLock.objects.filter(name="x").update(
+            locked_by="b", locked_at=datetime.now(UTC) + timedelta(seconds=1)
+        )
+        self.assertEqual(self.provider.unlock_many(list(locks.values())), {"x"})
+        self.assertEqual(TaskLock.objects.get(name="x").locked_by, "b")
+        self.assertLessEqual(TaskLock.objects.get(name="y").lock_until, datetime.now(UTC))
+
+    def test_lock_at_least_for_holds_a_released_lock_until_it_has_passed(self):
+        config = LockConfiguration("x", "1m", "30s")
+        locks = self.provider.lock_many([config], now=datetime.now(UTC), absent={"x"})
+        self.assertEqual(self.provider.unlock_many(list(locks.values())), set())
+        until = TaskLock.objects.get(name="x").lock_until
+        self.assertEqual(until, locks["x"].locked_at + timedelta(seconds=30))
+        self.assertIsNone(DatabaseLockProvider(owner="b").lock(LockConfiguration("x", "1m")))
