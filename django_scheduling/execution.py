@@ -827,8 +827,8 @@ class TaskRunner:
             # The request stays in the row until a run takes it; it is asked again.
             self._count_skip(spec, None, "locked")
             return self._next(spec)
-        fire_time = spec.recheck or firing
-        if now - fire_time <= self.conf.misfire_threshold:
+        fire_time = spec.recheck or self._fire_time_of(spec, firing, now)
+        if now - fire_time <= self.conf.misfire_threshold + spec.jitter:
             # Nobody may have claimed it yet: its holder can die first. Look again soon.
             spec.recheck = fire_time
             self._count_skip(spec, fire_time, "locked")
@@ -843,6 +843,14 @@ class TaskRunner:
             return upcoming if upcoming is not None and now < upcoming < retry else retry
         spec.recheck = None
         return self._skipped_firing(spec, fire_time, "locked", assume_ran=True)
+
+    def _fire_time_of(self, spec: TaskSpec, woken: datetime, now: datetime) -> datetime:
+        """Return the fire time a firing woken at *woken* serves: earlier by the jitter
+        offset, for a task with jitter (a claim elsewhere is compared with the fire time)."""
+        if not spec.jitter:
+            return woken
+        due = spec.trigger.next_fire_time(now=now, state=spec.state)
+        return due if due is not None and due <= woken else woken
 
     def _watch_holder(
         self, spec: TaskSpec, now: datetime, holder: state.Holder | bool | None = False

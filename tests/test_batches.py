@@ -220,6 +220,28 @@ class BatchTests(TransactionTestCase):
         self.assertEqual(ScheduledTask.objects.get(name="job001").last_fire_time, None)
         held.unlock()
 
+    def test_a_jittered_firing_found_locked_moves_on_once_claimed_elsewhere(self):
+        (definition,), counters = self.tasks(1, fixed_rate="1m", jitter="20s")
+        a = self.instance("a")
+        (entry,) = a.entries([definition])
+        woken = a.runner.first_fire_time(entry, now=T0)
+        self.assertGreater(woken, T0)  # T0 plus its offset
+        held = DatabaseLockProvider(owner="b").lock(LockConfiguration("job000", "10m"))
+        assert held is not None
+        self.clock.now = woken
+        (outcome,) = a.batch([entry], woken)
+        self.assertEqual(outcome, woken + timedelta(seconds=1))
+        self.assertEqual(entry.payload.recheck, T0)  # the fire time, not the time it woke
+        # The holder ran T0 and let go of the lock.
+        ScheduledTask.objects.filter(name="job000").update(last_fire_time=T0)
+        self.assertTrue(held.unlock())
+        self.clock.now = woken + timedelta(seconds=1)
+        (outcome,) = a.batch([entry], woken + timedelta(seconds=1))
+        self.assertIsNone(entry.payload.recheck)
+        self.assertEqual(outcome, a.runner.first_fire_time(entry, now=self.clock.now))
+        self.assertGreater(outcome, T0 + timedelta(minutes=1))
+        self.assertEqual(counters[0].count, 0)
+
     def test_a_failing_task_is_recorded_as_failed_and_keeps_its_schedule(self):
         failing = Counter(ValueError("bad <input>"))
         definitions = [
