@@ -33,6 +33,7 @@ SUBSET = [
     "tests/test_locking_contract.py",
     "tests/test_history.py",
     "tests/test_execution.py",
+    "tests/test_batches.py",
     "tests/test_reliability.py",
     "tests/test_migrations.py",
 ]
