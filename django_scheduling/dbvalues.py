@@ -1,7 +1,9 @@
 """Values for the statements the scheduler writes out itself, without Django's field machinery,
 whose per-value checks cost more than the statement for a batch of a thousand rows.
 
-The app requires ``USE_TZ`` (E006), so every datetime column holds UTC.
+The app requires ``USE_TZ`` (E006). A database without its own ``TIME_ZONE`` option holds UTC,
+and its values are converted here directly; with that option set, Django's own conversions are
+used.
 """
 
 from __future__ import annotations
@@ -10,39 +12,57 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-__all__ = ["datetime_adapter", "duration_adapter", "aware", "column"]
+from django.utils import timezone
+
+__all__ = ["datetime_adapter", "datetime_reader", "duration_adapter", "column"]
 
 
-def datetime_adapter(vendor: str) -> Callable[[datetime | None], Any]:
-    """Return a function that turns an aware datetime into what the *vendor*'s driver
-    stores for a ``DateTimeField``, as Django writes it."""
-    if vendor == "postgresql":
+def _holds_utc(conn: Any) -> bool:
+    return conn.settings_dict.get("TIME_ZONE") in (None, "UTC")
+
+
+def datetime_adapter(conn: Any) -> Callable[[datetime | None], Any]:
+    """Return a function that turns an aware datetime into what *conn*'s driver stores for a
+    ``DateTimeField``, as Django writes it."""
+    if conn.vendor == "postgresql":
         return lambda value: value
-    if vendor == "sqlite":
+    if not _holds_utc(conn):
+        return conn.ops.adapt_datetimefield_value
+    if conn.vendor == "sqlite":
         # str(), as Django's SQLite backend: the column is compared as text.
-        return lambda value: (
-            None if value is None else str(value.astimezone(UTC).replace(tzinfo=None))
-        )
-    return lambda value: None if value is None else value.astimezone(UTC).replace(tzinfo=None)
+        return lambda value: None if value is None else str(_naive(value))
+    return lambda value: None if value is None else _naive(value)
 
 
-def duration_adapter(vendor: str) -> Callable[[timedelta], Any]:
-    """Return a function that turns a timedelta into what the *vendor* stores for a
+def _naive(value: datetime) -> datetime:
+    if value.tzinfo is UTC:  # the scheduler's own times: no conversion needed
+        return value.replace(tzinfo=None)
+    return value.astimezone(UTC).replace(tzinfo=None)
+
+
+def datetime_reader(conn: Any) -> Callable[[Any], datetime | None]:
+    """Return a function that turns a datetime column's value, as *conn*'s driver returns it
+    without Django's converters, into an aware datetime."""
+    zone = UTC if conn.vendor == "postgresql" or _holds_utc(conn) else conn.timezone
+
+    def read(value: Any) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # SQLite
+            value = datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=zone) if zone is UTC else timezone.make_aware(value, zone)
+        return value
+
+    return read
+
+
+def duration_adapter(conn: Any) -> Callable[[timedelta], Any]:
+    """Return a function that turns a timedelta into what *conn* stores for a
     ``DurationField``: an interval on PostgreSQL, microseconds elsewhere."""
-    if vendor == "postgresql":
+    if conn.vendor == "postgresql":
         return lambda value: value
     return lambda value: value // timedelta(microseconds=1)
-
-
-def aware(value: Any) -> datetime | None:
-    """Return a datetime column's value, read without Django's converters, as aware UTC."""
-    if value is None:
-        return None
-    if isinstance(value, str):  # SQLite
-        value = datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
 
 
 def column(model: Any, field: str) -> str:

@@ -21,6 +21,7 @@ next fire time comes from ``_next()``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import threading
@@ -80,6 +81,8 @@ class TaskSpec:
     locked_holder: tuple[datetime, str, datetime] | None = None
     longest_run: timedelta = timedelta(0)
     warned_trigger: str | None = None
+    #: The function is a coroutine function (looked up once: ``inspect`` is slow).
+    is_async: bool = False
 
     @property
     def name(self) -> str:
@@ -90,6 +93,29 @@ class TaskSpec:
 class _Running:
     run_id: int | None
     held: KeptAliveLock | None
+
+
+class _Remembered:
+    """A trigger whose answers are remembered for one batch.
+
+    Triggers are pure and shared by the tasks declared alike, and the tasks of a batch are
+    decided at one instant: tasks with the same trigger and the same state (the usual case for
+    a burst on one cron line) get the same answer, computed once.
+    """
+
+    __slots__ = ("_answers", "trigger")
+
+    def __init__(self, trigger: Trigger) -> None:
+        self.trigger = trigger
+        self._answers: dict[tuple[datetime, TriggerState], datetime | None] = {}
+
+    def next_fire_time(self, *, now: datetime, state: TriggerState) -> datetime | None:
+        key = (now, state)
+        try:
+            return self._answers[key]
+        except KeyError:
+            answer = self._answers[key] = self.trigger.next_fire_time(now=now, state=state)
+            return answer
 
 
 class TaskRunner:
@@ -144,7 +170,15 @@ class TaskRunner:
             [(d.name, t) for d, t, _ in built], now=now, using=self.using, complete=complete
         )
         return [
-            TaskSpec(d, t, self._lock_config(d), states[d.name], state.describe(t), jitter)
+            TaskSpec(
+                d,
+                t,
+                self._lock_config(d),
+                states[d.name],
+                state.describe(t),
+                jitter,
+                is_async=d.is_async,
+            )
             for d, t, jitter in built
         ]
 
@@ -355,11 +389,9 @@ class TaskRunner:
         logger.info("Running %s (scheduled for %s)", spec.name, _when(fire_time))
         begun = time.perf_counter()
         try:
-            with firing_context(fire_time):
-                if definition.is_async:
-                    asyncio.run(definition.func())
-                else:
-                    definition.func()
+            # In a copy of this thread's context: what the task sets in context variables
+            # (Django's active translation and time zone among them) ends with its run.
+            contextvars.copy_context().run(_invoke, definition.func, spec.is_async, fire_time)
         except (Exception, SystemExit) as exc:  # sys.exit() in a task fails that run only
             duration = timedelta(seconds=time.perf_counter() - begun)
             logger.exception("Task %s failed after %s", spec.name, _ms(duration))
@@ -416,6 +448,10 @@ class TaskRunner:
     ) -> None:
         found = state.read_rows([spec.name for spec in specs], using=self.using)
         now = self.clock()
+        remembered: dict[int, _Remembered] = {}
+        for spec in specs:
+            if id(spec.trigger) not in remembered:
+                remembered[id(spec.trigger)] = _Remembered(spec.trigger)
         to_run: dict[int, Run] = {}
         for index, (spec, firing) in enumerate(zip(specs, firings, strict=True)):
             row = found.rows.get(spec.name)
@@ -429,7 +465,8 @@ class TaskRunner:
                 self._count_skip(spec, last, "already run")
                 outcomes[index] = self._next(spec)
                 continue
-            decision = decide(spec.trigger, spec.described, row, now=now, firing=firing)
+            trigger = remembered[id(spec.trigger)]
+            decision = decide(trigger, spec.described, row, now=now, firing=firing)  # type: ignore[arg-type]
             if isinstance(decision, Skip):
                 if decision.claim is None:  # a paused task's claim needs the lock: run()
                     outcomes[index] = self._decided_skip(spec, firing, decision)
@@ -451,7 +488,7 @@ class TaskRunner:
             claimed: dict[str, datetime | None] = {}
             if won:
                 started = self.clock()
-                run_ids, claimed = self._record_and_claim(specs, to_run, won, started)
+                run_ids, claimed = self._record_and_claim(specs, to_run, won, started, remembered)
         for index in to_run:
             spec = specs[index]
             if spec.name not in locks:
@@ -468,6 +505,7 @@ class TaskRunner:
         decisions: dict[int, Run],
         won: list[tuple[int, Any]],
         started: datetime,
+        remembered: dict[int, _Remembered],
     ) -> tuple[list[int | None], dict[str, datetime | None]]:
         """Record the starts of the firings *won* (their locks taken) and claim their fire
         times; return the run ids and the planned next fire time of each claimed one."""
@@ -482,7 +520,7 @@ class TaskRunner:
                     runs=starts,
                 )
             )
-        return run_ids, self._claim_many(specs, decisions, won, run_ids, started)
+        return run_ids, self._claim_many(specs, decisions, won, run_ids, started, remembered)
 
     def _start_batch(
         self,
@@ -523,6 +561,7 @@ class TaskRunner:
         won: list[tuple[int, Any]],
         run_ids: list[int | None],
         started: datetime,
+        remembered: dict[int, _Remembered],
     ) -> dict[str, datetime | None]:
         """Claim the fire times of *won*, one statement per distinct fire time; return the
         planned next fire time of each claimed one, by name."""
@@ -532,7 +571,8 @@ class TaskRunner:
             fire_time = decisions[index].fire_time
             assert fire_time is not None
             after = replace(spec.state, last_fire_time=fire_time)
-            planned = self._wake(spec, spec.trigger.next_fire_time(now=started, state=after))
+            trigger = remembered[id(spec.trigger)]
+            planned = self._wake(spec, trigger.next_fire_time(now=started, state=after))
             groups.setdefault(fire_time, []).append((spec.name, spec.described, run_id, planned))
         claimed: dict[str, datetime | None] = {}
         for fire_time, claims in groups.items():
@@ -595,9 +635,6 @@ class TaskRunner:
             with self._counts_lock:
                 self._running.pop(spec.name, None)
             close_old_connections()
-            # What a task activated on this thread must not leak into the next task on it.
-            translation.deactivate()
-            timezone.deactivate()
         spec.longest_run = max(spec.longest_run, duration)
         finished = self.clock()
         spec.state = replace(spec.state, last_finished=finished)
@@ -964,6 +1001,14 @@ class TaskRunner:
                 item.held.release()
         run_ids = [item.run_id for item in running if item.run_id is not None]
         history.mark_interrupted(using=self.using, run_ids=run_ids, now=self.clock())
+
+
+def _invoke(func: Any, is_async: bool, fire_time: datetime | None) -> None:
+    with firing_context(fire_time):
+        if is_async:
+            asyncio.run(func())
+        else:
+            func()
 
 
 def _send(signal: Any, sender: str, **kwargs: Any) -> None:

@@ -92,7 +92,7 @@ def _insert_starts(
     constants = {"error_type": "", "error_message": "", "traceback": "", "lock_lost": False}
     names = [*columns, *constants]
     column_sql = ", ".join(q(column(TaskRun, name)) for name in names)
-    adapt = datetime_adapter(conn.vendor)
+    adapt = datetime_adapter(conn)
     row_sql = "(" + ", ".join(["%s"] * len(names)) + ")"
     at = adapt(started)
     params: list[Any] = []
@@ -122,7 +122,7 @@ def _insert_starts(
     return [found[name] for name, _, _ in runs]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per run, and a frozen one is slower to create
 class Ended:
     """How a run ended, to record."""
 
@@ -163,8 +163,8 @@ def _record_successes(conn: Any, ends: list[Ended]) -> None:
     is_postgres = conn.vendor == "postgresql"
     time_cast = "::timestamptz" if is_postgres else ""
     duration_cast = "::interval" if is_postgres else ""
-    adapt = datetime_adapter(conn.vendor)
-    adapt_duration = duration_adapter(conn.vendor)
+    adapt = datetime_adapter(conn)
+    adapt_duration = duration_adapter(conn)
     params: list[object] = [RunStatus.SUCCEEDED.value]
     for end in ends:
         params += [end.run_id, adapt(end.started)]

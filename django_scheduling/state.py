@@ -15,7 +15,7 @@ from typing import Any
 from django.db import IntegrityError, connections
 from django.db.models import Q
 
-from .dbvalues import aware, column, datetime_adapter
+from .dbvalues import column, datetime_adapter, datetime_reader
 from .models import ScheduledTask, TaskLock, TaskRun
 from .triggers import Trigger, TriggerState
 
@@ -345,6 +345,7 @@ def read_rows(names: list[str], *, using: str) -> Rows:
     with conn.cursor() as cursor:
         cursor.execute(statement, names)
         found = cursor.fetchall()
+    aware = datetime_reader(conn)
     rows: dict[str, TaskRow] = {}
     holders: dict[str, Holder] = {}
     now: datetime | None = None
@@ -386,7 +387,7 @@ def claim_many(
     columns = {f: q(column(ScheduledTask, f)) for f in ("name", "trigger", "last_fire_time")}
     run_column = q(column(ScheduledTask, "last_run"))
     next_column = q(column(ScheduledTask, "next_fire_time"))
-    adapt = datetime_adapter(conn.vendor)
+    adapt = datetime_adapter(conn)
     value = adapt(fire_time)
     name_sql = ", ".join(["%s"] * len(claims))
     trigger_cases = " ".join(["WHEN %s THEN %s"] * len(claims))

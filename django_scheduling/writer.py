@@ -28,6 +28,11 @@ __all__ = ["EndWriter", "Finished"]
 
 logger = logging.getLogger(__name__)
 
+#: Once an end is waiting, the thread waits this long for more to write with it (fewer, larger
+#: commits in a burst), unless this many are waiting already.
+GATHER_FOR = 0.005
+GATHER_UP_TO = 500
+
 
 @dataclass(slots=True)
 class Finished:
@@ -67,7 +72,8 @@ class EndWriter:
             else:
                 stopped = False
                 self._items.append(item)
-                self._cond.notify_all()
+                if len(self._items) in (1, GATHER_UP_TO):  # the thread waits for these two
+                    self._cond.notify_all()
         if stopped:  # after the thread ended (a shutdown that timed out): write it here
             self._write([item])
 
@@ -91,6 +97,10 @@ class EndWriter:
                 if not self._items:
                     connections.close_all()  # this thread's own, kept open until now
                     return
+                if not self._stopped:
+                    self._cond.wait_for(
+                        lambda: len(self._items) >= GATHER_UP_TO or self._stopped, GATHER_FOR
+                    )
                 items, self._items = self._items, []
                 self._busy = True
             try:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from django.db import connection, transaction
 from django.test import TransactionTestCase
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone, translation
 
 from django_scheduling.conf import get_settings
 from django_scheduling.execution import TaskRunner
@@ -241,6 +243,27 @@ class BatchTests(TransactionTestCase):
         self.assertEqual(outcome, a.runner.first_fire_time(entry, now=self.clock.now))
         self.assertGreater(outcome, T0 + timedelta(minutes=1))
         self.assertEqual(counters[0].count, 0)
+
+    def test_what_a_task_activates_does_not_leak_into_the_next_on_the_thread(self):
+        seen = []
+
+        def activates() -> None:
+            translation.activate("de")
+            timezone.activate(ZoneInfo("Asia/Tokyo"))
+
+        def looks() -> None:
+            seen.append((translation.get_language(), timezone.get_current_timezone_name()))
+
+        definitions = [
+            self.registry.add(activates, name="a-activates", fixed_rate="10s"),
+            self.registry.add(looks, name="b-looks", fixed_rate="10s"),
+        ]
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        with translation.override("en"):
+            a.run_calls(entries, a.batch(entries, T0))  # in order, on this thread
+            self.assertEqual(seen, [("en", timezone.get_default_timezone_name())])
+            self.assertEqual(translation.get_language(), "en")
 
     def test_a_failing_task_is_recorded_as_failed_and_keeps_its_schedule(self):
         failing = Counter(ValueError("bad <input>"))

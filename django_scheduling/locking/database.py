@@ -39,7 +39,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..clock import utcnow
 from ..conf import get_settings
-from ..dbvalues import column
+from ..dbvalues import column, datetime_adapter
 from ..models import TaskLock
 from .base import Lock, LockConfiguration, LockError
 
@@ -90,12 +90,14 @@ class _Sql:
         self.vendor = conn.vendor
         self.db_time = conn.vendor in ("mysql", "postgresql")
         self.client_now = utcnow()
+        self._adapt = datetime_adapter(conn)
         #: The statements run in the caller's transaction and commit with it.
         self.joined = False
 
     def value(self, moment: datetime) -> Any:
-        moment = moment if settings.USE_TZ else moment.astimezone(UTC).replace(tzinfo=None)
-        return self.conn.ops.adapt_datetimefield_value(moment)
+        if settings.USE_TZ:
+            return self._adapt(moment)
+        return self.conn.ops.adapt_datetimefield_value(moment.astimezone(UTC).replace(tzinfo=None))
 
     def now(self, plus: timedelta | None = None) -> tuple[str, list[Any]]:
         if not self.db_time:
