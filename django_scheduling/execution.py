@@ -1,6 +1,14 @@
-"""Run one firing: lock, decide, claim, call, record, release.
+"""Run firings: lock, decide, claim, call, record, release.
 
-The path of a firing of a locked task, top to bottom:
+Scheduled firings of locked tasks that fall due together take ``run_batch``: one read of their
+rows (with their lock rows and the database's clock), ``decisions.decide`` for each, then one
+transaction that takes the free locks, records the runs and claims the fire times. Each claimed
+firing becomes a ``Call`` that the scheduler runs on the pool; its end goes to the
+``writer.EndWriter``, which records it and releases the lock. Everything else (run requests,
+recoveries, ``lock=False`` tasks, a paused task's fire time) takes ``run``, one firing at a
+time; the batch path follows the same steps and the same rules.
+
+The path of one firing of a locked task, top to bottom:
 
 1. ``_run_locked`` takes the task's lock. Held elsewhere: skip, and look again while the fire
    time is still within ``MISFIRE_THRESHOLD`` (the holder may have died without claiming it).

@@ -95,10 +95,17 @@ def _insert_starts(
     adapt = datetime_adapter(conn)
     row_sql = "(" + ", ".join(["%s"] * len(names)) + ")"
     at = adapt(started)
+    adapted: dict[datetime | None, Any] = {}  # the runs of a batch mostly share their times
+
+    def once(value: datetime | None) -> Any:
+        if value not in adapted:
+            adapted[value] = adapt(value)
+        return adapted[value]
+
     params: list[Any] = []
+    status, extra = RunStatus.RUNNING.value, list(constants.values())
     for name, fire_time, locked_at in runs:
-        params += [name, adapt(fire_time), at, RunStatus.RUNNING.value, instance, adapt(locked_at)]
-        params += constants.values()
+        params += [name, once(fire_time), at, status, instance, once(locked_at), *extra]
     pk = q(column(TaskRun, "id"))
     statement = f"INSERT INTO {q(meta.db_table)} ({column_sql}) VALUES "
     statement += ", ".join([row_sql] * len(runs))

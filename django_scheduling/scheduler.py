@@ -5,7 +5,9 @@ the earliest one is due (or until something earlier is added), pops every due en
 of the lock and hands each to the worker pool. A task goes back into the heap only when its run
 has ended, so one task never runs twice at once in this process. The dispatcher does no I/O:
 what a firing does (locking, history) is the runner's business, on a worker thread (see
-``execution.TaskRunner``), and the runner returns when the entry fires next.
+``execution.TaskRunner``), and the runner returns when the entry fires next. Firings the runner
+can batch go, in batches of ``BATCH_SIZE``, to the claim threads; each claimed firing comes back
+as a ``Call`` for the pool, and reports its next fire time once its end is recorded.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The per-task state row (``ScheduledTask``): kept in step with the code, read and claimed by
 the scheduler, shown by the admin.
 
-Every function here is one or two statements on ``SCHEDULING['DATABASE']``, in autocommit. The
-writes that decide who runs what are conditional updates whose row count is the answer.
+Every function here is one or two statements on ``SCHEDULING['DATABASE']``: in autocommit for
+a single firing; ``read_rows`` and ``claim_many`` serve a whole batch, the claim inside the
+batch's transaction. The writes that decide who runs what are conditional updates whose row
+count is the answer.
 """
 
 from __future__ import annotations
@@ -345,7 +347,19 @@ def read_rows(names: list[str], *, using: str) -> Rows:
     with conn.cursor() as cursor:
         cursor.execute(statement, names)
         found = cursor.fetchall()
-    aware = datetime_reader(conn)
+    read = datetime_reader(conn)
+    # The tasks of a burst mostly share their times: each distinct value is converted once,
+    # and tasks in the same state share one TriggerState.
+    times: dict[Any, datetime | None] = {}
+    states: dict[tuple[Any, Any, Any], TriggerState] = {}
+
+    def aware(value: Any) -> datetime | None:
+        try:
+            return times[value]
+        except KeyError:
+            converted = times[value] = read(value)
+            return converted
+
     rows: dict[str, TaskRow] = {}
     holders: dict[str, Holder] = {}
     now: datetime | None = None
@@ -353,11 +367,16 @@ def read_rows(names: list[str], *, using: str) -> Rows:
         name, anchor, last_fire, last_finished, paused, trigger, requested, last_run = values[:8]
         recover, fire, held_at, held_by, held_until = values[8:13]
         if held_by is not None:
-            holders[name] = (held_at and aware(held_at), held_by, held_until and aware(held_until))  # type: ignore[assignment]
+            holders[name] = (aware(held_at), held_by, aware(held_until))  # type: ignore[assignment]
         if database_now is not None:
             now = aware(values[13])
+        key = (anchor, last_fire, last_finished)
+        if (shared := states.get(key)) is None:
+            shared = states[key] = TriggerState(
+                aware(anchor), aware(last_fire), aware(last_finished)
+            )
         rows[name] = TaskRow(
-            TriggerState(aware(anchor), aware(last_fire), aware(last_finished)),
+            shared,
             bool(paused),
             trigger,
             aware(requested),
@@ -389,29 +408,34 @@ def claim_many(
     next_column = q(column(ScheduledTask, "next_fire_time"))
     adapt = datetime_adapter(conn)
     value = adapt(fire_time)
-    name_sql = ", ".join(["%s"] * len(claims))
-    trigger_cases = " ".join(["WHEN %s THEN %s"] * len(claims))
-    run_cases = " ".join(["WHEN %s THEN %s"] * len(claims))
-    next_cases = " ".join(["WHEN %s THEN %s"] * len(claims))
     cast = "::timestamptz" if conn.vendor == "postgresql" else ""
     big = "::bigint" if conn.vendor == "postgresql" else ""
+    name = columns["name"]
+
+    def per_row(index: int, sql_cast: str, convert: Any = None) -> tuple[str, list[Any]]:
+        """One value for all rows when they share it (a burst on one trigger), else a CASE."""
+        values = [claim[index] for claim in claims]
+        if convert is not None:
+            values = [convert(v) for v in values]
+        if all(v == values[0] for v in values):
+            return f"%s{sql_cast}", [values[0]]
+        cases = " ".join(["WHEN %s THEN %s"] * len(claims))
+        params = [item for claim, v in zip(claims, values, strict=True) for item in (claim[0], v)]
+        return f"CASE {name} {cases} END{sql_cast}", params
+
+    run_sql, run_params = per_row(2, big)
+    next_sql, next_params = per_row(3, cast, adapt)
+    trigger_sql, trigger_params = per_row(1, "")
     statement = (
         f"UPDATE {q(meta.db_table)} SET {columns['last_fire_time']} = %s, "
-        f"{run_column} = CASE {columns['name']} {run_cases} END{big}, "
-        f"{next_column} = CASE {columns['name']} {next_cases} END{cast} "
-        f"WHERE {columns['name']} IN ({name_sql}) "
-        f"AND {columns['trigger']} = CASE {columns['name']} {trigger_cases} END "
+        f"{run_column} = {run_sql}, {next_column} = {next_sql} "
+        f"WHERE {name} IN ({', '.join(['%s'] * len(claims))}) "
+        f"AND {columns['trigger']} = {trigger_sql} "
         f"AND ({columns['last_fire_time']} IS NULL OR {columns['last_fire_time']} < %s)"
     )
-    params: list[Any] = [value]
-    for name, _, run_id, _ in claims:
-        params += [name, run_id]
-    for name, _, _, next_time in claims:
-        params += [name, adapt(next_time)]
-    params += [name for name, _, _, _ in claims]
-    for name, trigger, _, _ in claims:
-        params += [name, trigger]
-    params.append(value)
+    params: list[Any] = [value, *run_params, *next_params]
+    params += [claim[0] for claim in claims]
+    params += [*trigger_params, value]
     with conn.cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.rowcount
