@@ -50,6 +50,7 @@ from .dbconnection import KeptConnection
 from .decisions import TRIGGER_CHANGED, Run, Skip, decide
 from .keepalive import KeepAlive, KeptAliveLock
 from .locking import LockConfiguration, LockError, LockProvider
+from .locking.database import is_conflict
 from .models import RunStatus
 from .outbox import Outbox
 from .pool import PoolStats
@@ -484,19 +485,31 @@ class TaskRunner:
             return
         configs = [cast(LockConfiguration, specs[index].lock_config) for index in to_run]
         absent = {config.name for config in configs if config.name not in found.locks}
-        # One commit for the locks, the runs' records and the claims: all or none.
-        with transaction.atomic(using=self.using):
-            locks = self.provider.lock_many(  # type: ignore[attr-defined]
-                configs, now=found.now, absent=absent, joined=True
-            )
-            won = [
-                (index, locks[specs[index].name]) for index in to_run if specs[index].name in locks
-            ]
-            run_ids: list[int | None] = []
-            claimed: dict[str, datetime | None] = {}
-            if won:
-                started = self.clock()
-                run_ids, claimed = self._record_and_claim(specs, to_run, won, started, remembered)
+        for attempt in (1, 2):
+            try:
+                # One commit for the locks, the runs' records and the claims: all or none.
+                with transaction.atomic(using=self.using):
+                    locks = self.provider.lock_many(  # type: ignore[attr-defined]
+                        configs, now=found.now, absent=absent, joined=True
+                    )
+                    won = [(i, locks[specs[i].name]) for i in to_run if specs[i].name in locks]
+                    run_ids: list[int | None] = []
+                    claimed: dict[str, datetime | None] = {}
+                    if won:
+                        started = self.clock()
+                        run_ids, claimed = self._record_and_claim(
+                            specs, to_run, won, started, remembered
+                        )
+                break
+            except (DatabaseError, LockError) as exc:
+                # Another instance's transaction crossed this one (a deadlock): the database
+                # rolled this one back, so nothing is taken. Once more at once, rather than back
+                # off past the fire time.
+                if attempt == 2 or not is_conflict(exc):
+                    raise
+                logger.info(
+                    "Claiming %d firings met a concurrent claim; trying again", len(configs)
+                )
         for index in to_run:
             spec = specs[index]
             if spec.name not in locks:

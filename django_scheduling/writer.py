@@ -140,9 +140,12 @@ class EndWriter:
             return None
         try:
             with transaction.atomic(using=self.using):
+                # The lock rows first, as a batch's claims take them: transactions that take
+                # the same rows in the same order do not deadlock.
+                lost = set(unlock_many(locks, joined=True)) if locks else set()
                 if ends:
                     history.record_ends(using=self.using, ends=ends)
-                return set(unlock_many(locks, joined=True)) if locks else set()
+                return lost
         except (DatabaseError, LockError):
             return None
 

@@ -12,14 +12,14 @@ import threading
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.test import TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
 
 from django_scheduling.conf import get_settings
 from django_scheduling.execution import TaskRunner
-from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
+from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.outbox import Outbox
 from django_scheduling.registry import TaskRegistry
@@ -289,6 +289,30 @@ class BatchTests(TransactionTestCase):
         self.assertEqual(ran, 4)
         self.assertEqual([c.count for c in counters], [1] * 4)
         self.assertFalse(TaskRun.objects.exists())
+
+    def test_a_batch_that_meets_a_deadlock_is_claimed_again_at_once(self):
+        definitions, counters = self.tasks(3)
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        provider = a.runner.provider
+        real = provider.lock_many
+        attempts = []
+
+        def crossed_once(*args, **kwargs):
+            attempts.append(kwargs.get("joined"))
+            if len(attempts) == 1:
+                real(*args, **kwargs)  # takes the locks; the rollback undoes it
+                deadlock = OperationalError(1213, "Deadlock found when trying to get lock")
+                raise LockError("Could not take 3 locks") from deadlock
+            return real(*args, **kwargs)
+
+        provider.lock_many = crossed_once
+        outcomes = a.batch(entries, T0)
+        self.assertEqual(attempts, [True, True])
+        self.assertTrue(all(isinstance(o, Call) for o in outcomes), outcomes)
+        a.run_calls(entries, outcomes)
+        self.assertEqual([c.count for c in counters], [1, 1, 1])
+        self.assertEqual(TaskRun.objects.count(), 3)
 
     def test_a_deleted_row_is_left_to_the_single_path(self):
         definitions, _ = self.tasks(2)

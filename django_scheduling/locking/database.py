@@ -55,6 +55,7 @@ _MYSQL_CONFLICT = {1020, 1213}  # "record has changed", deadlock: a concurrent l
 _POSTGRES_CONFLICT = {"40001", "40P01"}  # serialization failure, deadlock: a concurrent locker won
 _POSTGRES_LOCK_TIMEOUT = "55P03"  # lock_not_available: another transaction holds the row
 _STRICT_MODES = {"STRICT_TRANS_TABLES", "STRICT_ALL_TABLES"}
+_CONFLICTS = _MYSQL_CONFLICT | _POSTGRES_CONFLICT | {_POSTGRES_LOCK_TIMEOUT}
 
 
 def _code(exc: DatabaseError) -> Any:
@@ -63,6 +64,17 @@ def _code(exc: DatabaseError) -> Any:
     if sqlstate is not None:
         return sqlstate
     return exc.args[0] if exc.args else None
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Return whether *exc* (or the database error behind it) says that a concurrent
+    transaction won: a deadlock, a serialization failure, or a lock wait that timed out. The
+    database rolled the losing statement (or transaction) back."""
+    while exc is not None:
+        if isinstance(exc, DatabaseError) and _code(exc) in _CONFLICTS:
+            return True
+        exc = exc.__cause__  # type: ignore[assignment]
+    return False
 
 
 def _is_disconnect(exc: DatabaseError, conn: BaseDatabaseWrapper) -> bool:
