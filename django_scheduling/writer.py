@@ -22,6 +22,7 @@ from django.db import DatabaseError, connections, transaction
 from . import history
 from .dbconnection import KeptConnection
 from .locking import Lock, LockError
+from .locking.database import is_conflict
 from .outbox import Outbox
 
 __all__ = ["EndWriter", "Finished"]
@@ -113,19 +114,30 @@ class EndWriter:
                     self._cond.notify_all()
 
     def _write(self, items: list[Finished]) -> None:
-        with self._connection.use():
-            ends = [item.end for item in items if item.end is not None]
-            locks = [item.lock for item in items if item.lock is not None]
-            lost: set[str] | None = None
-            if not any(item.row_write for item in items):
-                lost = self._write_together(ends, locks)
-            if lost is None:  # one by one, so that each write that fails waits on its own
-                self._write_ends(ends)
-                for item in items:
-                    if item.row_write is not None:
-                        what = f"the end of {item.name}'s run in its row"
-                        self._keep_trying(what, item.row_write)
-                lost = self._release(locks)
+        lost: set[str] | None = None
+        try:
+            with self._connection.use():
+                lost = self._write_all(items)
+        finally:
+            # Whatever failed above, each run is finished here: its task is scheduled again.
+            self._finish(items, lost or set())
+
+    def _write_all(self, items: list[Finished]) -> set[str]:
+        ends = [item.end for item in items if item.end is not None]
+        locks = [item.lock for item in items if item.lock is not None]
+        if not any(item.row_write for item in items):
+            for _ in range(2):  # once more after a deadlock with another instance
+                together = self._write_together(ends, locks)
+                if together is not None:
+                    return together
+        # One by one, so that each write that fails waits on its own.
+        self._write_ends(ends)
+        for item in items:
+            if item.row_write is not None:
+                self._keep_trying(f"the end of {item.name}'s run in its row", item.row_write)
+        return self._release(locks)
+
+    def _finish(self, items: list[Finished], lost: set[str]) -> None:
         for item in items:
             try:
                 item.done(item.name in lost)
@@ -141,12 +153,15 @@ class EndWriter:
         try:
             with transaction.atomic(using=self.using):
                 # The lock rows first, as a batch's claims take them: transactions that take
-                # the same rows in the same order do not deadlock.
+                # the same rows in the same order deadlock less.
                 lost = set(unlock_many(locks, joined=True)) if locks else set()
                 if ends:
                     history.record_ends(using=self.using, ends=ends)
                 return lost
-        except (DatabaseError, LockError):
+        except (DatabaseError, LockError) as exc:
+            # Rolled back: nothing was written, and the lock handles are still good.
+            level = logging.INFO if is_conflict(exc) else logging.WARNING
+            logger.log(level, "Recording %d run end(s) in one commit failed: %s", len(ends), exc)
             return None
 
     def _write_ends(self, ends: list[history.Ended]) -> None:

@@ -314,6 +314,30 @@ class BatchTests(TransactionTestCase):
         self.assertEqual([c.count for c in counters], [1, 1, 1])
         self.assertEqual(TaskRun.objects.count(), 3)
 
+    def test_ends_whose_commit_deadlocks_are_written_one_by_one_and_release_their_locks(self):
+        definitions, counters = self.tasks(4)
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        provider = a.runner.provider
+        real = provider.unlock_many
+
+        def deadlocks_in_a_transaction(locks, *, joined=False):
+            lost = real(locks, joined=joined)
+            if joined:  # the statement ran; the database then rolls the transaction back
+                deadlock = OperationalError(1213, "Deadlock found when trying to get lock")
+                raise LockError("Could not release 4 locks") from deadlock
+            return lost
+
+        provider.unlock_many = deadlocks_in_a_transaction
+        a.run_calls(entries, a.batch(entries, T0))
+        self.assertEqual([c.count for c in counters], [1] * 4)
+        # Every run finished: recorded, its lock released, its task scheduled again.
+        self.assertEqual(TaskRun.objects.filter(status=RunStatus.SUCCEEDED).count(), 4)
+        for lock in TaskLock.objects.all():
+            self.assertLessEqual(lock.lock_until, datetime.now(UTC))
+        self.assertEqual(len(a.next_times), 4)
+        self.assertEqual(len(a.outbox), 0)
+
     def test_a_deleted_row_is_left_to_the_single_path(self):
         definitions, _ = self.tasks(2)
         a = self.instance("a")

@@ -19,6 +19,7 @@ and an unlock or extend raises ``LockError``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Collection
@@ -34,6 +35,7 @@ from django.db import (
     OperationalError,
     ProgrammingError,
     connections,
+    transaction,
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -361,8 +363,12 @@ class DatabaseLockProvider:
                 count = self._execute(sql, statement, [*value_params, *names, owner, at])
                 if count != len(names):
                     lost |= set(names) - self._mine(sql, names, owner, at)
-                for lock in group:
-                    lock._valid = False
+                if joined:
+                    # Spent once the caller's transaction commits; after a rollback the
+                    # handles can still release their locks.
+                    transaction.on_commit(functools.partial(_spend, group), using=sql.conn.alias)
+                else:
+                    _spend(group)
         except DatabaseError as exc:
             raise self._error("release", f"{len(mine)} locks", exc) from exc
         for name in sorted(lost):
@@ -583,6 +589,11 @@ class DatabaseLockProvider:
     def _error(self, action: str, name: str, exc: Exception) -> LockError:
         logger.warning("Could not %s lock %r on database %r: %s", action, name, self.using, exc)
         return LockError(f"Could not {action} lock {name!r} on database {self.using!r}: {exc}")
+
+
+def _spend(locks: list[_DatabaseLock]) -> None:
+    for lock in locks:
+        lock._valid = False
 
 
 def _strict(conn: BaseDatabaseWrapper) -> bool:
