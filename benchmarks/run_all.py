@@ -18,12 +18,14 @@ BENCHMARKS = {
     "dispatch": ["bench_dispatch.py"],
     "firing": ["bench_firing.py"],
     "end_to_end": ["bench_end_to_end.py"],
+    "memory": ["bench_memory.py"],
 }
 QUICK = {
     "cron": ["--quick"],
     "dispatch": ["--quick"],
     "firing": ["--iterations", "200"],
     "end_to_end": ["--quick"],
+    "memory": ["--no-breakdown"],
 }
 
 
