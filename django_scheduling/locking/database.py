@@ -130,6 +130,29 @@ class _Sql:
         micros = plus // timedelta(microseconds=1)
         return "TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))", [micros]
 
+    def in_name_order(
+        self, names: list[str], condition: str, params: list[Any]
+    ) -> tuple[str, list[Any]]:
+        """Return the WHERE clause (and its parameters) of an UPDATE of the lock rows *names*
+        that meet *condition*, which locks them in name order.
+
+        Every statement that updates many lock rows takes them in the same order, so that two
+        transactions over overlapping names (two instances' claims, a claim and a release)
+        wait for each other instead of deadlocking: PostgreSQL detects a deadlock only after
+        ``deadlock_timeout`` (1 s), and a firing would be that late.
+        """
+        placeholders = ", ".join(["%s"] * len(names))
+        if self.vendor == "postgresql":
+            where = (
+                f"WHERE {self.name} IN (SELECT {self.name} FROM {self.table} WHERE {self.name} "
+                f"IN ({placeholders}) AND {condition} ORDER BY {self.name} FOR UPDATE)"
+            )
+            return where, [*names, *params]
+        where = f"WHERE {self.name} IN ({placeholders}) AND {condition}"
+        if self.vendor == "mysql":
+            where += f" ORDER BY {self.name}"
+        return where, [*names, *params]
+
     def later_of_now_and(self, moment: datetime) -> tuple[str, list[Any]]:
         if self.vendor == "postgresql":
             return "GREATEST(now(), %s::timestamptz)", [self.value(moment)]
@@ -234,6 +257,9 @@ class DatabaseLockProvider:
         if not configs:
             return {}
         owner = self.owner
+        # In name order, as every statement over many lock rows (see _Sql.in_name_order):
+        # inserts of new rows wait on each other's unique keys in that order too.
+        configs = sorted(configs, key=lambda config: config.name)
         by_name = {config.name: config for config in configs}
         taken: set[str] = set()
         taken_at = now or utcnow()
@@ -246,9 +272,11 @@ class DatabaseLockProvider:
             for config in configs:
                 if config.name not in absent:
                     groups.setdefault(config.lock_at_most_for, []).append(config.name)
+            if len(groups) + bool(absent) > 1:
+                self._lock_in_order(sql, [n for names in groups.values() for n in names])
             for most, names in groups.items():
                 taken |= self._take_many(sql, names, owner, at, sql.value(taken_at + most))
-            missing = [by_name[name] for name in absent if name in by_name]
+            missing = [by_name[name] for name in sorted(absent) if name in by_name]
             if missing:
                 # Rows that do not exist yet are inserted: once per name and database.
                 taken |= self._insert_many(sql, missing, owner, taken_at)
@@ -274,15 +302,26 @@ class DatabaseLockProvider:
         }
 
     def _take_many(self, sql: _Sql, names: list[str], owner: str, at: Any, until: Any) -> set[str]:
-        placeholders = ", ".join(["%s"] * len(names))
-        statement = (
-            f"UPDATE {sql.table} SET {sql.until} = %s, {sql.at} = %s, {sql.by} = %s "
-            f"WHERE {sql.name} IN ({placeholders}) AND {sql.until} <= %s"
-        )
-        count = self._execute(sql, statement, [until, at, owner, *names, at])
+        where, params = sql.in_name_order(names, f"{sql.until} <= %s", [at])
+        statement = f"UPDATE {sql.table} SET {sql.until} = %s, {sql.at} = %s, {sql.by} = %s {where}"
+        count = self._execute(sql, statement, [until, at, owner, *params])
         if count == len(names):
             return set(names)
         return self._mine(sql, names, owner, at) if count else set()
+
+    def _lock_in_order(self, sql: _Sql, names: list[str]) -> None:
+        """In a transaction that updates lock rows in several statements, lock all of them
+        first, in name order: each statement alone takes its rows in that order, but not the
+        statements together (see ``_Sql.in_name_order``)."""
+        if not sql.joined or sql.vendor == "sqlite":
+            return  # one statement per transaction; SQLite locks the whole database
+        placeholders = ", ".join(["%s"] * len(names))
+        statement = (
+            f"SELECT {sql.name} FROM {sql.table} WHERE {sql.name} IN ({placeholders}) "
+            f"ORDER BY {sql.name} FOR UPDATE"
+        )
+        with sql.conn.cursor() as cursor:
+            cursor.execute(statement, sorted(names))
 
     def _insert_many(
         self, sql: _Sql, configs: list[LockConfiguration], owner: str, now: datetime
@@ -350,17 +389,17 @@ class DatabaseLockProvider:
                 sql = (
                     self._joined_sql(name, owner) if joined else _Sql(self._connection(name, owner))
                 )
+            if sql is not None and len(groups) > 1:
+                self._lock_in_order(sql, [lock.config.name for lock in mine])
             for (owner, locked_at, least_until), group in groups.items():
                 assert sql is not None
                 names = [lock.config.name for lock in group]
                 value, value_params = sql.later_of_now_and(least_until)
-                placeholders = ", ".join(["%s"] * len(names))
-                statement = (
-                    f"UPDATE {sql.table} SET {sql.until} = {value} WHERE {sql.name} IN "
-                    f"({placeholders}) AND {sql.by} = %s AND {sql.at} = %s"
-                )
                 at = sql.value(locked_at)
-                count = self._execute(sql, statement, [*value_params, *names, owner, at])
+                condition = f"{sql.by} = %s AND {sql.at} = %s"
+                where, params = sql.in_name_order(names, condition, [owner, at])
+                statement = f"UPDATE {sql.table} SET {sql.until} = {value} {where}"
+                count = self._execute(sql, statement, [*value_params, *params])
                 if count != len(names):
                     lost |= set(names) - self._mine(sql, names, owner, at)
                 if joined:
