@@ -365,6 +365,16 @@ class TaskRunner:
             return False, None
         if decision.claim:
             spec.state = replace(spec.state, last_fire_time=fire_time)
+        status, error, duration, exc, finished = self._call_noted(spec, fire_time, run_id, held)
+        self._record_end(spec, run_id, status, started, finished, error, planned, seen)
+        self._signal_end(spec, fire_time, run_id, duration, exc)
+        return True, run_id
+
+    def _call_noted(
+        self, spec: TaskSpec, fire_time: datetime | None, run_id: int | None, held: Any
+    ) -> tuple[RunStatus, tuple[str, str, str], timedelta, BaseException | None, datetime]:
+        """Call the task, noted as running here meanwhile (for a shutdown that times out);
+        return its status, error, duration, exception and when it finished."""
         with self._counts_lock:
             self._running[spec.name] = _Running(run_id, held)
         try:
@@ -375,13 +385,21 @@ class TaskRunner:
         spec.longest_run = max(spec.longest_run, duration)
         finished = self.clock()
         spec.state = replace(spec.state, last_finished=finished)
-        self._record_end(spec, run_id, status, started, finished, error, planned, seen)
+        return status, error, duration, exc, finished
+
+    def _signal_end(
+        self,
+        spec: TaskSpec,
+        fire_time: datetime | None,
+        run_id: int | None,
+        duration: timedelta,
+        exc: BaseException | None,
+    ) -> None:
         common = {"task": spec.definition, "scheduled_at": fire_time, "run": run_id}
         if exc is None:
             _send(signals.run_succeeded, spec.name, duration=duration, **common)
         else:
             _send(signals.run_failed, spec.name, exception=exc, duration=duration, **common)
-        return True, run_id
 
     def _call(
         self, spec: TaskSpec, fire_time: datetime | None, run_id: int | None
@@ -648,17 +666,10 @@ class TaskRunner:
         assert self.writer is not None
         started = self.clock()
         close_old_connections()
-        with self._counts_lock:
-            self._running[spec.name] = _Running(run_id, held)
         try:
-            status, error, duration, exc = self._call(spec, fire_time, run_id)
+            status, error, duration, exc, finished = self._call_noted(spec, fire_time, run_id, held)
         finally:
-            with self._counts_lock:
-                self._running.pop(spec.name, None)
             close_old_connections()
-        spec.longest_run = max(spec.longest_run, duration)
-        finished = self.clock()
-        spec.state = replace(spec.state, last_finished=finished)
         if planned is not None and finished < planned and spec.trigger.kind != "fixed_delay":
             next_time: datetime | None = planned  # what _next() says while it is ahead
         else:
@@ -679,11 +690,7 @@ class TaskRunner:
         def written(lost: bool) -> None:
             if lost or held.lost:
                 self._lock_lost(spec, run_id, fire_time)
-            common = {"task": spec.definition, "scheduled_at": fire_time, "run": run_id}
-            if exc is None:
-                _send(signals.run_succeeded, spec.name, duration=duration, **common)
-            else:
-                _send(signals.run_failed, spec.name, exception=exc, duration=duration, **common)
+            self._signal_end(spec, fire_time, run_id, duration, exc)
             done(next_time)
 
         end = None
