@@ -158,6 +158,7 @@ class TaskRunner:
         self._counts_lock = threading.Lock()
         self._skipped = 0
         self._running: dict[str, _Running] = {}
+        self._claimed: dict[str, _Running] = {}  # claimed in a batch, not started yet
 
     @property
     def skipped(self) -> int:
@@ -523,20 +524,38 @@ class TaskRunner:
                 # Another instance's transaction crossed this one (a deadlock): the database
                 # rolled this one back, so nothing is taken. Once more at once, rather than back
                 # off past the fire time.
-                if attempt == 2 or not is_conflict(exc):
+                if not is_conflict(exc):
                     raise
+                if attempt == 2:
+                    # Still crossed, or a lock row that another transaction keeps locked (an
+                    # admin edit, a stuck session): one firing at a time, where such a row
+                    # counts as held elsewhere for its own task only.
+                    logger.warning(
+                        "Claiming %d firings together failed twice: %s", len(configs), exc
+                    )
+                    return
                 logger.info(
                     "Claiming %d firings met a concurrent claim; trying again", len(configs)
                 )
-        for index in to_run:
-            spec = specs[index]
-            if spec.name not in locks:
-                holder = found.locks.get(spec.name)
-                outcomes[index] = self._locked_elsewhere(spec, firings[index], holder)
-            else:
-                spec.recheck = spec.locked_since = spec.locked_holder = None
-        if won:
-            self._start_batch(specs, to_run, won, run_ids, claimed, outcomes)
+        try:
+            for index in to_run:
+                spec = specs[index]
+                if spec.name not in locks:
+                    holder = found.locks.get(spec.name)
+                    outcomes[index] = self._locked_elsewhere(spec, firings[index], holder)
+                else:
+                    spec.recheck = spec.locked_since = spec.locked_holder = None
+            if won:
+                self._start_batch(specs, to_run, won, run_ids, claimed, outcomes)
+        except Exception:
+            # After the commit: what was claimed and will not run now must not stay locked.
+            pending = [
+                (lock, run_id)
+                for (index, lock), run_id in zip(won, run_ids or [None] * len(won), strict=True)
+                if not isinstance(outcomes[index], Call)
+            ]
+            self._release_unrun([lock for lock, _ in pending], [r for _, r in pending if r])
+            raise
 
     def _record_and_claim(
         self,
@@ -587,6 +606,8 @@ class TaskRunner:
             held = self.keepalive.hold(lock, spec.name) if self.keepalive is not None else None
             if held is None:
                 held = KeptAliveLock(lock, spec.name, None)
+            with self._counts_lock:
+                self._claimed[spec.name] = _Running(run_id, held)
             outcomes[index] = Call(
                 functools.partial(self._run_claimed, spec, fire_time, run_id, held, planned)
             )
@@ -615,14 +636,19 @@ class TaskRunner:
             groups.setdefault(fire_time, []).append((spec.name, spec.described, run_id, planned))
         claimed: dict[str, datetime | None] = {}
         for fire_time, claims in groups.items():
+            if not self.conf.history:
+                # No run id to tell this instance's claims from another's afterwards: claim
+                # only the rows found claimable, locked until the commit.
+                open_rows = state.claimable(fire_time, claims, using=self.using)
+                claims = [claim for claim in claims if claim[0] in open_rows]
             count = state.claim_many(fire_time, claims, using=self.using)
             if count == len(claims):
                 claimed.update((name, planned) for name, _, _, planned in claims)
                 continue
             # Some were claimed first by another instance, or their trigger was replaced by a
-            # newer deployment. The run id written by the claim tells which are this one's;
-            # with the history off there is none, and a row at this fire time is not counted
-            # as this instance's (at most once, in a race that needs a lock lost meanwhile).
+            # newer deployment. The run id written by the claim tells which are this one's.
+            # (With the history off the claimable rows were locked first: this cannot happen;
+            # if it did, a row at this fire time would not be counted as this instance's.)
             rows = state.read_claims([name for name, _, _, _ in claims], using=self.using)
             for name, _, run_id, planned in claims:
                 if run_id is not None and rows.get(name) == (fire_time, run_id):
@@ -664,7 +690,36 @@ class TaskRunner:
         """Run a firing claimed in a batch (on a worker thread) and hand its end to the
         writer, which calls ``done`` with the next fire time once it is recorded."""
         assert self.writer is not None
+        with self._counts_lock:
+            self._claimed.pop(spec.name, None)
         started = self.clock()
+        try:
+            self._finish_claimed(spec, fire_time, run_id, held, planned, done, started)
+        except BaseException as exc:
+            # Whatever escaped (a CancelledError, a trigger that raised): the run is over, its
+            # lock must not be kept alive, and its task must fire again.
+            logger.exception("Finishing the run of %s failed", spec.name)
+            lock = held.detach()
+            end = None
+            if run_id is not None:
+                error = (f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc), "")
+                end = history.Ended(run_id, RunStatus.FAILED, started, self.clock(), error)
+            retry = self.clock() + timedelta(seconds=1)
+            self.writer.add(Finished(spec.name, end, None, lock, lambda lost: done(retry)))
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+
+    def _finish_claimed(
+        self,
+        spec: TaskSpec,
+        fire_time: datetime | None,
+        run_id: int | None,
+        held: KeptAliveLock,
+        planned: datetime | None,
+        done: Any,
+        started: datetime,
+    ) -> None:
+        assert self.writer is not None
         close_old_connections()
         try:
             status, error, duration, exc, finished = self._call_noted(spec, fire_time, run_id, held)
@@ -688,10 +743,12 @@ class TaskRunner:
                     self._lock_lost(spec, run_id, fire_time)
 
         def written(lost: bool) -> None:
-            if lost or held.lost:
-                self._lock_lost(spec, run_id, fire_time)
-            self._signal_end(spec, fire_time, run_id, duration, exc)
-            done(next_time)
+            try:
+                if lost or held.lost:
+                    self._lock_lost(spec, run_id, fire_time)
+                self._signal_end(spec, fire_time, run_id, duration, exc)
+            finally:
+                done(next_time)
 
         end = None
         if run_id is not None:
@@ -1024,6 +1081,9 @@ class TaskRunner:
         their locks: this process is about to exit, and another instance may take over."""
         with self._counts_lock:
             running = [self._running[name] for name in names if name in self._running]
+            # Claimed in a batch, but the pool shut down before they started: their fire times
+            # are spent (at most once), their locks are released here.
+            running += [self._claimed.pop(name) for name in names if name in self._claimed]
         for item in running:
             if item.held is not None:
                 item.held.release()

@@ -68,12 +68,16 @@ def record_starts(
     statement per batch; return their ids in the same order."""
     conn = connections[using]
     returning = conn.features.can_return_rows_from_bulk_insert
-    size = max(1, (conn.features.max_query_params or 6000) // 6)
+    size = max(1, (conn.features.max_query_params or 10_000) // _START_PARAMS)
     ids: list[int] = []
     for first in range(0, len(runs), size):
         batch = runs[first : first + size]
         ids += _insert_starts(conn, instance, started, batch, returning=returning)
     return ids
+
+
+#: The parameters of one row of ``_insert_starts``.
+_START_PARAMS = 10
 
 
 def _insert_starts(

@@ -298,18 +298,23 @@ class Scheduler:
         batch = [work for work in due if runner.batchable(work.entry, work.firing)]
         if not batch:
             return due
+        batched: set[int] = set()
         for first in range(0, len(batch), BATCH_SIZE):
             chunk = batch[first : first + BATCH_SIZE]
             try:
                 self._batches.submit(functools.partial(self._claim, chunk), label="claims")
             except RuntimeError:
-                return due  # no claim thread could start: one at a time, in the pool
-        batched = set(map(id, batch))
+                break  # no claim thread could start: the rest one at a time, in the pool
+            batched.update(map(id, chunk))
         return [work for work in due if id(work) not in batched]
 
     def _claim(self, chunk: list[_Work]) -> None:
         """Claim *chunk* (on a claim thread) and hand each firing on as the runner says."""
         runner: BatchRunner = self.runner  # type: ignore[assignment]
+        if self.stopping:  # claimed now, these firings could not start before the exit
+            for work in chunk:
+                self._finish(work.entry, None, reschedule=False)
+            return
         try:
             outcomes = runner.run_batch([(work.entry, work.firing) for work in chunk])
         except Exception:

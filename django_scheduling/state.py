@@ -37,6 +37,7 @@ __all__ = [
     "Rows",
     "claim_many",
     "read_claims",
+    "claimable",
 ]
 
 
@@ -439,6 +440,29 @@ def claim_many(
     with conn.cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.rowcount
+
+
+def claimable(
+    fire_time: datetime, claims: list[tuple[str, str, int | None, datetime | None]], *, using: str
+) -> set[str]:
+    """Return the names of *claims* (name, trigger, ...) that ``claim_many`` would claim now,
+    and lock their rows until the caller's transaction ends, so that it does.
+
+    For claims that carry no run id (the history off), which cannot be told apart afterwards.
+    """
+    conn = connections[using]
+    rows = (
+        ScheduledTask.objects.using(using)
+        .filter(name__in=[name for name, _, _, _ in claims])
+        .filter(Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=fire_time))
+        .order_by("name")
+    )
+    if conn.features.has_select_for_update:  # SQLite: the transaction holds the database
+        rows = rows.select_for_update()
+    triggers = {name: trigger for name, trigger, _, _ in claims}
+    return {
+        name for name, trigger in rows.values_list("name", "trigger") if triggers[name] == trigger
+    }
 
 
 def read_claims(names: list[str], *, using: str) -> dict[str, tuple[datetime | None, int | None]]:

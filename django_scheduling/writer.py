@@ -61,6 +61,7 @@ class EndWriter:
         self._cond = threading.Condition()
         self._busy = False
         self._stopped = False
+        self._exited = False  # the thread has taken its last items
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def start(self) -> None:
@@ -68,7 +69,7 @@ class EndWriter:
 
     def add(self, item: Finished) -> None:
         with self._cond:
-            if self._stopped and not self._thread.is_alive():
+            if self._exited:
                 stopped = True
             else:
                 stopped = False
@@ -96,6 +97,7 @@ class EndWriter:
             with self._cond:
                 self._cond.wait_for(lambda: self._items or self._stopped)
                 if not self._items:
+                    self._exited = True  # from here on, add() writes on its caller's thread
                     connections.close_all()  # this thread's own, kept open until now
                     return
                 if not self._stopped:

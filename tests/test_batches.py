@@ -7,6 +7,7 @@ instances. Their clocks are injected; the locks use the database's clock, as in 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from django.test import TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
 
+from django_scheduling import state
 from django_scheduling.conf import get_settings
 from django_scheduling.execution import TaskRunner
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
@@ -337,6 +339,44 @@ class BatchTests(TransactionTestCase):
             self.assertLessEqual(lock.lock_until, datetime.now(UTC))
         self.assertEqual(len(a.next_times), 4)
         self.assertEqual(len(a.outbox), 0)
+
+    def test_with_the_history_off_a_firing_claimed_elsewhere_meanwhile_leaves_the_others(self):
+        definitions, counters = self.tasks(4)
+        a = self.instance("a", history=False)
+        entries = a.entries(definitions)
+        real = state.read_rows
+
+        def then_claimed_elsewhere(names, *, using):
+            found = real(names, using=using)
+            # Another instance ran job001's fire time between this read and the locks.
+            ScheduledTask.objects.filter(name="job001").update(last_fire_time=T0)
+            return found
+
+        state.read_rows = then_claimed_elsewhere
+        try:
+            outcomes = a.batch(entries, T0)
+        finally:
+            state.read_rows = real
+        self.assertIsInstance(outcomes[0], Call)
+        self.assertNotIsInstance(outcomes[1], Call)
+        a.run_calls(entries, outcomes)
+        self.assertEqual([c.count for c in counters], [1, 0, 1, 1])
+        for lock in TaskLock.objects.all():
+            self.assertLessEqual(lock.lock_until, datetime.now(UTC))
+
+    def test_a_run_that_escapes_the_task_wrapper_still_ends_and_frees_its_lock(self):
+        async def cancelled() -> None:
+            raise asyncio.CancelledError  # a BaseException: the task wrapper lets it through
+
+        definitions = [self.registry.add(cancelled, name="cancelled", fixed_rate="10s")]
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        a.run_calls(entries, a.batch(entries, T0))
+        run = TaskRun.objects.get()
+        self.assertEqual(run.status, RunStatus.FAILED)
+        self.assertEqual(run.error_type, "asyncio.exceptions.CancelledError")
+        self.assertLessEqual(TaskLock.objects.get().lock_until, datetime.now(UTC))
+        self.assertIn("cancelled", a.next_times)  # scheduled again
 
     def test_a_deleted_row_is_left_to_the_single_path(self):
         definitions, _ = self.tasks(2)

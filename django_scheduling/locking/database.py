@@ -62,7 +62,8 @@ _CONFLICTS = _MYSQL_CONFLICT | _POSTGRES_CONFLICT | {_POSTGRES_LOCK_TIMEOUT}
 
 def _code(exc: DatabaseError) -> Any:
     """Return the driver's error code: MySQL's number, PostgreSQL's SQLSTATE."""
-    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    cause = exc.__cause__
+    sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)  # psycopg 3, 2
     if sqlstate is not None:
         return sqlstate
     return exc.args[0] if exc.args else None
