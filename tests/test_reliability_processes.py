@@ -279,7 +279,11 @@ class ReliabilityProcessTests(TransactionTestCase):
         self.assertEqual(second.scheduled_at, first.scheduled_at)
         self.assertEqual(second.status, RunStatus.SUCCEEDED)  # it stopped with its process
         self.assertEqual(
-            list(Execution.objects.filter(task="recovered").values_list("fire_time", "pid")),
+            list(
+                Execution.objects.filter(task="recovered")
+                .order_by("pk")  # in the order they ran: the killed run, then its recovery
+                .values_list("fire_time", "pid")
+            ),
             [
                 (killed["recovered"].fire_time, holder.popen.pid),
                 (killed["recovered"].fire_time, survivor.popen.pid),
