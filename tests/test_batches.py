@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from django.db import OperationalError, connection, transaction
+import pytest
+from django.db import OperationalError, connection, connections, transaction
 from django.test import TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
@@ -30,7 +32,7 @@ from django_scheduling.writer import EndWriter
 
 T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
 DEADLINE = 30.0
-CONTROL = ("BEGIN", "COMMIT", "SET LOCAL", "SAVEPOINT", "RELEASE SAVEPOINT")
+CONTROL = ("BEGIN", "COMMIT", "SET LOCAL", "SET SESSION", "SAVEPOINT", "RELEASE SAVEPOINT")
 
 
 class Clock:
@@ -377,6 +379,30 @@ class BatchTests(TransactionTestCase):
         self.assertEqual(run.error_type, "asyncio.exceptions.CancelledError")
         self.assertLessEqual(TaskLock.objects.get().lock_until, datetime.now(UTC))
         self.assertIn("cancelled", a.next_times)  # scheduled again
+
+    @pytest.mark.vendor("mysql", "postgresql")  # SQLite has no row locks
+    def test_a_lock_row_kept_locked_by_another_session_sends_the_batch_one_at_a_time(self):
+        definitions, _ = self.tasks(3)
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        a.run_calls(entries, a.batch(entries, T0))  # the lock rows exist from here on
+        self.clock.now = T0 + timedelta(seconds=10)
+        stuck = connections.create_connection("default")  # an admin session left open
+        self.addCleanup(stuck.close)
+        stuck.set_autocommit(False)
+        with stuck.cursor() as cursor:
+            table = connection.ops.quote_name(TaskLock._meta.db_table)
+            column = connection.ops.quote_name("name")
+            cursor.execute(f"SELECT * FROM {table} WHERE {column} = 'job001' FOR UPDATE")
+        try:
+            started = time.monotonic()
+            outcomes = a.batch(entries, T0 + timedelta(seconds=10))
+            waited = time.monotonic() - started
+        finally:
+            stuck.rollback()
+        self.assertEqual(outcomes, [SINGLE] * 3)  # each then alone, job001 as held elsewhere
+        self.assertLess(waited, 10)  # two waits of lock_wait_timeout (2 s), not MySQL's 50 s
+        self.assertEqual(TaskRun.objects.count(), 3)  # nothing of the batch was written
 
     def test_a_deleted_row_is_left_to_the_single_path(self):
         definitions, _ = self.tasks(2)

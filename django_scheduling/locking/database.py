@@ -57,7 +57,10 @@ _MYSQL_CONFLICT = {1020, 1213}  # "record has changed", deadlock: a concurrent l
 _POSTGRES_CONFLICT = {"40001", "40P01"}  # serialization failure, deadlock: a concurrent locker won
 _POSTGRES_LOCK_TIMEOUT = "55P03"  # lock_not_available: another transaction holds the row
 _STRICT_MODES = {"STRICT_TRANS_TABLES", "STRICT_ALL_TABLES"}
-_CONFLICTS = _MYSQL_CONFLICT | _POSTGRES_CONFLICT | {_POSTGRES_LOCK_TIMEOUT}
+_MYSQL_LOCK_WAIT_TIMEOUT = 1205
+_CONFLICTS = (
+    _MYSQL_CONFLICT | _POSTGRES_CONFLICT | {_POSTGRES_LOCK_TIMEOUT, _MYSQL_LOCK_WAIT_TIMEOUT}
+)
 
 
 def _code(exc: DatabaseError) -> Any:
@@ -363,10 +366,16 @@ class DatabaseLockProvider:
         self._check(conn, name, owner)
         sql = _Sql(conn)
         sql.joined = True
+        # A row another transaction keeps locked (an admin edit, a stuck session) must not
+        # hold up a whole batch for long: the scheduler then goes one firing at a time.
         if conn.vendor == "postgresql":
             milliseconds = max(1, self.lock_wait_timeout // timedelta(milliseconds=1))
             with conn.cursor() as cursor:
                 cursor.execute(f"SET LOCAL lock_timeout = {milliseconds}")
+        elif conn.vendor == "mysql":  # whole seconds; the connection is the scheduler's own
+            seconds = max(1, round(self.lock_wait_timeout.total_seconds()))
+            with conn.cursor() as cursor:
+                cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
         return sql
 
     def unlock_many(self, locks: list[Lock], *, joined: bool = False) -> set[str]:
