@@ -538,18 +538,7 @@ class Runner:
         return result
 
     def migrate(self, config: Config, work: Path, extra: dict[str, str]) -> None:
-        env = child_env(config, work, {**extra, "BENCH_RECORD_DIR": ""})
-        done = subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--no-input", "-v0"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise Failed(f"manage.py migrate failed:\n{(done.stdout + done.stderr)[-3000:]}")
+        migrate(child_env(config, work, {**extra, "BENCH_RECORD_DIR": ""}))
 
     def plan_burst(self, config: Config, warmup: int) -> float:
         """Return the instant of the burst: after migrate, start-up and the warm-up."""
@@ -654,6 +643,21 @@ class Runner:
             "load_average_before": load_before,
             "load_average_after": os.getloadavg(),
         }
+
+
+def migrate(env: dict[str, str]) -> None:
+    """Run ``manage.py migrate`` with *env*; raise ``Failed`` with its output if it fails."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--no-input", "-v0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise Failed(f"manage.py migrate failed:\n{(done.stdout + done.stderr)[-3000:]}")
 
 
 def read_runs(work: Path, label: str) -> list[tuple[int, float, float]]:

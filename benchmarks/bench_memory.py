@@ -68,7 +68,7 @@ if str(BENCH_DIR) not in sys.path:
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench_end_to_end import Child, Failed, cleanup, read_runs  # noqa: E402
+from bench_end_to_end import Child, Failed, cleanup, migrate, read_runs  # noqa: E402
 
 
 @dataclass
@@ -105,17 +105,7 @@ def migrate_template(work: Path) -> Path:
     template = work / "template.sqlite3"
     env = child_env(work, 0, "migrate", {"DATABASE_URL": f"sqlite:///{template}"})
     env["BENCH_RECORD_DIR"] = ""
-    done = subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--no-input", "-v0"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise Failed(f"manage.py migrate failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    migrate(env)
     return template
 
 
