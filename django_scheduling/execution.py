@@ -671,12 +671,8 @@ class TaskRunner:
             logger.warning("Could not remove the records of runs that did not run yet: %s", exc)
             forget = lambda: history.forget_starts(using=self.using, run_ids=run_ids)  # noqa: E731
             self.outbox.add(f"the removal of {len(run_ids)} run(s) that did not run", forget)
-        try:
-            self.provider.unlock_many(locks)  # type: ignore[attr-defined]
-        except LockError:
-            for lock in locks:
-                if lock.valid:
-                    self.outbox.add(f"the release of the lock of {lock.config.name}", lock.unlock)
+        assert self.writer is not None
+        self.writer.release(locks)
 
     def _run_claimed(
         self,

@@ -137,7 +137,7 @@ class EndWriter:
         for item in items:
             if item.row_write is not None:
                 self._keep_trying(f"the end of {item.name}'s run in its row", item.row_write)
-        return self._release(locks)
+        return self.release(locks)
 
     def _finish(self, items: list[Finished], lost: set[str]) -> None:
         for item in items:
@@ -191,7 +191,9 @@ class EndWriter:
             logger.error("Could not record %s yet (%s); trying again later", what, exc)
             self.outbox.add(what, write)
 
-    def _release(self, locks: list[Lock]) -> set[str]:
+    def release(self, locks: list[Lock]) -> set[str]:
+        """Release *locks* now, on the caller's thread; return the names of those found lost.
+        A database error keeps the releases in the outbox."""
         if not locks:
             return set()
         unlock_many = getattr(self.provider, "unlock_many", None)
