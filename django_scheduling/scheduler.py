@@ -17,6 +17,7 @@ import functools
 import heapq
 import itertools
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -135,6 +136,21 @@ class _State:
     entries: dict[str, Entry] = field(default_factory=dict)
 
 
+def in_batches(due: list[_Work], size: int, *, start: float) -> list[list[_Work]]:
+    """Split *due* into batches of at most *size* firings, in the order to claim them.
+
+    Batches are cut from the firings in name order, so that every instance cuts the same
+    batches, and the order begins at the batch at fraction *start* (in [0, 1)) of the list, then
+    wraps around. Instances that start at different batches claim different rows at the same
+    time instead of queueing behind each other's locks; when one reaches a batch another has
+    claimed, reading its rows shows the fire times taken, and it moves on without a write.
+    """
+    ordered = sorted(due, key=lambda work: work.entry.name)
+    batches = [ordered[first : first + size] for first in range(0, len(ordered), size)]
+    first = int(start * len(batches))
+    return batches[first:] + batches[:first]
+
+
 class Scheduler:
     """Fire entries on time through a worker pool, as a runner decides."""
 
@@ -175,6 +191,8 @@ class Scheduler:
                 keep_alive=keep_alive,
                 name=f"{name}-claims",
             )
+        # Where each burst's claims begin (see ``in_batches``).
+        self._random = random.Random()
         self.stopping = False
         self._state = _State()
         self._cond = threading.Condition()
@@ -299,8 +317,7 @@ class Scheduler:
         if not batch:
             return due
         batched: set[int] = set()
-        for first in range(0, len(batch), BATCH_SIZE):
-            chunk = batch[first : first + BATCH_SIZE]
+        for chunk in in_batches(batch, BATCH_SIZE, start=self._random.random()):
             try:
                 self._batches.submit(functools.partial(self._claim, chunk), label="claims")
             except RuntimeError:

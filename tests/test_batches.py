@@ -20,6 +20,7 @@ from django.test import TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
 
+from django_scheduling import scheduler as scheduler_module
 from django_scheduling import state
 from django_scheduling.conf import get_settings
 from django_scheduling.execution import TaskRunner
@@ -482,3 +483,28 @@ class BatchLockTests(TransactionTestCase):
         until = TaskLock.objects.get(name="x").lock_until
         self.assertEqual(until, locks["x"].locked_at + timedelta(seconds=30))
         self.assertIsNone(DatabaseLockProvider(owner="b").lock(LockConfiguration("x", "1m")))
+
+
+def _works(names: list[str]) -> list:
+    return [scheduler_module._Work(None, Entry(name), T0) for name in names]  # type: ignore[arg-type]
+
+
+def test_batches_are_cut_in_name_order_whatever_the_order_of_the_heap() -> None:
+    names = [f"task-{index:02d}" for index in range(10)]
+    shuffled = names[::3] + names[1::3] + names[2::3]
+    batches = scheduler_module.in_batches(_works(shuffled), 4, start=0.0)
+    assert [[work.entry.name for work in batch] for batch in batches] == [
+        names[0:4],
+        names[4:8],
+        names[8:10],
+    ]
+
+
+@pytest.mark.parametrize(("start", "first"), [(0.0, 0), (0.34, 1), (0.5, 1), (0.67, 2), (0.99, 2)])
+def test_claims_begin_at_the_batch_at_start_and_wrap_around(start: float, first: int) -> None:
+    names = [f"task-{index:02d}" for index in range(9)]
+    batches = scheduler_module.in_batches(_works(names), 3, start=start)
+    firsts = [batch[0].entry.name for batch in batches]
+    expected = ["task-00", "task-03", "task-06"]
+    assert firsts == expected[first:] + expected[:first]
+    assert sorted(work.entry.name for batch in batches for work in batch) == names
