@@ -72,7 +72,7 @@ LOCKED_RECHECK = timedelta(seconds=1)
 LOCKED_REPORT_AFTER = timedelta(minutes=1)
 
 
-@dataclass
+@dataclass(slots=True)  # one per task, for as long as the scheduler runs
 class TaskSpec:
     """A task as the runner sees it: definition, trigger, lock, and its state as last known."""
 

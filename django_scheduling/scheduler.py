@@ -194,6 +194,7 @@ class Scheduler:
         # Where each burst's claims begin (see ``in_batches``).
         self._random = random.Random()
         self.stopping = False
+        self._recent: tuple[datetime | None, float] = (None, 0.0)  # the last time pushed
         self._state = _State()
         self._cond = threading.Condition()
         self._seq = itertools.count()
@@ -288,7 +289,15 @@ class Scheduler:
             self._push_item(entry, fire_time, fire_time)
 
     def _push_item(self, entry: Entry, when: datetime, firing: Firing) -> None:
-        at = when.timestamp()
+        recent, recent_at = self._recent
+        if recent is not None and when == recent and when.tzinfo is recent.tzinfo:
+            # Tasks due together share one time object and its timestamp in the heap.
+            if firing is when:
+                firing = entry.next_fire_time = recent
+            when, at = recent, recent_at
+        else:
+            at = when.timestamp()
+            self._recent = (when, at)
         was_first = not self._state.heap or at < self._state.heap[0][0]
         # A run request is not superseded by a later push of the entry's schedule.
         generation = entry.generation

@@ -124,8 +124,11 @@ class SchedulerService:
             scheduler=self.scheduler,
             runner=self.runner,
             outbox=self.outbox,
-            tasks={spec.name: spec.definition for spec in self.specs},
-            definitions={definition.name: definition for definition in self.tasks},
+            tasks=(scheduled := {spec.name: spec.definition for spec in self.specs}),
+            # Every declared task, when this instance runs only some of them.
+            definitions=None
+            if len(scheduled) == len(self.tasks)
+            else {definition.name: definition for definition in self.tasks},
         )
         self.maintenance.start()
         logger.info("Scheduler started with %d task(s) as %s", len(self.specs), conf.instance_name)

@@ -114,6 +114,9 @@ def sync_tasks(
     if missing:
         rows = read()
     states: dict[str, TriggerState] = {}
+    # Tasks declared alike share their state's values and, when equal, the state itself: a
+    # scheduler holds one state per task for as long as it runs.
+    shared: dict[Any, Any] = {}
     removed_again: list[str] = []
     for name, trigger in tasks:
         _, kind, stored, removed_at, anchor, last_fire, last_finished = rows[name]
@@ -131,7 +134,12 @@ def sync_tasks(
             )
         elif removed_at is not None:
             removed_again.append(name)
-        states[name] = TriggerState(anchor, last_fire, last_finished)
+        key: tuple[Any, Any, Any] = tuple(
+            shared.setdefault(value, value) for value in (anchor, last_fire, last_finished)
+        )
+        if (found := shared.get(key)) is None:
+            found = shared[key] = TriggerState(*key)
+        states[name] = found
     for first in range(0, len(removed_again), _CHUNK):
         manager.filter(name__in=removed_again[first : first + _CHUNK]).update(removed_at=None)
     if complete:

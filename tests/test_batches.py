@@ -127,6 +127,20 @@ class BatchTests(TransactionTestCase):
         ]
         return definitions, counters
 
+    def test_tasks_declared_alike_share_one_state_at_start_up(self):
+        definitions, _ = self.tasks(3)
+        other = [self.registry.add(Counter(), name="other", fixed_rate="1m")]
+        a = self.instance("a")
+        specs = a.runner.specs([*definitions, *other], complete=False)
+        self.assertIs(specs[0].state, specs[1].state)
+        self.assertIs(specs[0].state, specs[2].state)
+        self.assertEqual(specs[3].state, specs[0].state)  # the same values...
+        ScheduledTask.objects.filter(name=specs[3].name).update(last_fire_time=T0)
+        specs = a.runner.specs([*definitions, *other], complete=False)
+        self.assertIsNot(specs[3].state, specs[0].state)  # ...until they differ
+        self.assertEqual(specs[3].state.last_fire_time, T0)
+        self.assertIsNone(specs[0].state.last_fire_time)
+
     def test_a_batch_runs_each_due_firing_once_and_records_it(self):
         definitions, counters = self.tasks(5)
         a = self.instance("a")

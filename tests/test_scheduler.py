@@ -80,6 +80,22 @@ class SchedulerTests(SimpleTestCase):
         self.addCleanup(scheduler.shutdown, 5)
         return runner, scheduler
 
+    def test_entries_due_at_the_same_time_share_one_time_object(self):
+        _runner, scheduler = self.make()
+        anchor = now() + timedelta(hours=1)
+        tasks = [Task(FixedRateTrigger(timedelta(hours=1))) for _ in range(3)]
+        for index, task in enumerate(tasks):
+            task.state = TriggerState(anchor=anchor.replace(microsecond=anchor.microsecond))
+            scheduler.add(Entry(f"task{index}", task))
+        later = Task(FixedRateTrigger(timedelta(hours=2)))
+        later.state = TriggerState(anchor=anchor + timedelta(minutes=1))
+        scheduler.add(Entry("later", later))
+        times = {entry.name: entry.next_fire_time for entry in scheduler.entries()}
+        self.assertEqual(times["task0"], anchor)
+        self.assertIs(times["task1"], times["task0"])
+        self.assertIs(times["task2"], times["task0"])
+        self.assertEqual(times["later"], anchor + timedelta(minutes=1))
+
     def test_a_past_fire_time_runs_at_once(self):
         _runner, scheduler = self.make()
         ran = threading.Event()
