@@ -91,63 +91,70 @@ def sync_tasks(
     """
     tasks = list(tasks)
     manager = ScheduledTask.objects.using(using)
-
-    def read() -> dict[str, tuple[Any, ...]]:
-        return {row[0]: row for row in manager.order_by().values_list(*_SYNC_FIELDS).iterator()}
-
-    rows = read()
-    missing = [(name, trigger) for name, trigger in tasks if name not in rows]
-    for first in range(0, len(missing), _CHUNK):
-        # Another instance may create the same rows at the same moment: its rows win.
-        manager.bulk_create(
-            [
-                ScheduledTask(
-                    name=name,
-                    kind=trigger.kind,
-                    trigger=describe(trigger),
-                    anchor=trigger.initial_anchor(now=now),
-                )
-                for name, trigger in missing[first : first + _CHUNK]
-            ],
-            ignore_conflicts=True,
-        )
-    if missing:
-        rows = read()
     states: dict[str, TriggerState] = {}
     # Tasks declared alike share their state's values and, when equal, the state itself: a
     # scheduler holds one state per task for as long as it runs.
     shared: dict[Any, Any] = {}
     removed_again: list[str] = []
-    for name, trigger in tasks:
-        _, kind, stored, removed_at, anchor, last_fire, last_finished = rows[name]
-        described = describe(trigger)
-        if stored != described or kind != trigger.kind:
-            anchor, last_fire, last_finished = trigger.initial_anchor(now=now), None, None
-            manager.filter(name=name).update(
-                trigger=described,
-                kind=trigger.kind,
-                anchor=anchor,
-                last_fire_time=None,
-                last_finished_at=None,
-                next_fire_time=None,
-                removed_at=None,
+    # In batches: what is read for one batch is freed before the next, so the rows of ten
+    # thousand tasks are never in memory at once (the memory they would leave fragmented).
+    for first in range(0, len(tasks), _CHUNK):
+        batch = tasks[first : first + _CHUNK]
+        names = [name for name, _ in batch]
+
+        rows = _read_rows_to_sync(manager, names)
+        missing = [(name, trigger) for name, trigger in batch if name not in rows]
+        if missing:
+            # Another instance may create the same rows at the same moment: its rows win.
+            manager.bulk_create(
+                [
+                    ScheduledTask(
+                        name=name,
+                        kind=trigger.kind,
+                        trigger=describe(trigger),
+                        anchor=trigger.initial_anchor(now=now),
+                    )
+                    for name, trigger in missing
+                ],
+                ignore_conflicts=True,
             )
-        elif removed_at is not None:
-            removed_again.append(name)
-        key: tuple[Any, Any, Any] = tuple(
-            shared.setdefault(value, value) for value in (anchor, last_fire, last_finished)
-        )
-        if (found := shared.get(key)) is None:
-            found = shared[key] = TriggerState(*key)
-        states[name] = found
+            rows = _read_rows_to_sync(manager, names)
+        for name, trigger in batch:
+            _, kind, stored, removed_at, anchor, last_fire, last_finished = rows[name]
+            described = describe(trigger)
+            if stored != described or kind != trigger.kind:
+                anchor, last_fire, last_finished = trigger.initial_anchor(now=now), None, None
+                manager.filter(name=name).update(
+                    trigger=described,
+                    kind=trigger.kind,
+                    anchor=anchor,
+                    last_fire_time=None,
+                    last_finished_at=None,
+                    next_fire_time=None,
+                    removed_at=None,
+                )
+            elif removed_at is not None:
+                removed_again.append(name)
+            key: tuple[Any, Any, Any] = tuple(
+                shared.setdefault(value, value) for value in (anchor, last_fire, last_finished)
+            )
+            if (state := shared.get(key)) is None:
+                state = shared[key] = TriggerState(*key)
+            states[name] = state
     for first in range(0, len(removed_again), _CHUNK):
         manager.filter(name__in=removed_again[first : first + _CHUNK]).update(removed_at=None)
     if complete:
-        names = {name for name, _ in tasks}
-        stale = [n for n, row in rows.items() if n not in names and row[3] is None]
+        declared = {name for name, _ in tasks}
+        present = manager.filter(removed_at=None).values_list("name", flat=True).iterator()
+        stale = [name for name in present if name not in declared]
         for first in range(0, len(stale), _CHUNK):
             manager.filter(name__in=stale[first : first + _CHUNK]).update(removed_at=now)
     return states
+
+
+def _read_rows_to_sync(manager: Any, names: list[str]) -> dict[str, tuple[Any, ...]]:
+    found = manager.filter(name__in=names).order_by().values_list(*_SYNC_FIELDS)
+    return {row[0]: row for row in found}
 
 
 def publish_next_fire_times(times: dict[str, datetime | None], *, using: str) -> None:
