@@ -5,8 +5,9 @@ hover.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.utils import dateformat, timezone
 from django.utils.html import format_html, format_html_join
@@ -198,12 +199,20 @@ COLLISION_COLOUR = "#ea580c"
 
 def timeline_strip(timeline: Timeline, *, step: timedelta = BIN) -> SafeString:
     """Return the firings of *timeline* as bars of *step* each, their height the number of
-    firings; a bar where several tasks fire at the same instant is orange."""
-    bins = max(int((timeline.end - timeline.start) / step), 1)
+    firings; a bar where several tasks fire at the same instant is orange.
+
+    The bars start on the clock (10:20, not 10:23:41) in the current time zone; *step* divides
+    an hour."""
+    local = timezone.localtime(timeline.start)
+    origin = local.replace(second=0, microsecond=0) - timedelta(
+        minutes=local.minute % (step // timedelta(minutes=1))
+    )
+    origin = origin.astimezone(UTC)  # steps of real time, across a change of the clocks
+    bins = max(math.ceil((timeline.end - origin) / step), 1)
     counts = [0] * bins
     instants: list[dict[object, int]] = [{} for _ in range(bins)]
     for firing in timeline.firings:
-        index = min(int((firing.at - timeline.start) / step), bins - 1)
+        index = min(int((firing.at - origin) / step), bins - 1)
         counts[index] += 1
         instants[index][firing.at] = instants[index].get(firing.at, 0) + 1
     width, height, top, bottom, left = 1000, 150, 10, 22, 40
@@ -214,7 +223,7 @@ def timeline_strip(timeline: Timeline, *, step: timedelta = BIN) -> SafeString:
     for index, count in enumerate(counts):
         if not count:
             continue
-        start = timeline.start + index * step
+        start = origin + index * step
         together = max(instants[index].values())
         bar_height = max(plot_height * count / most, 2.0)
         title = ngettext(
@@ -236,15 +245,12 @@ def timeline_strip(timeline: Timeline, *, step: timedelta = BIN) -> SafeString:
                 title,
             )
         )
-    hours = int((timeline.end - timeline.start) / timedelta(hours=1))
-    labels = [
-        (
-            f"{left + (width - left) * hour / max(hours, 1):.1f}",
-            height - 6,
-            _clock(timeline.start + timedelta(hours=hour)),
-        )
-        for hour in range(0, hours + 1, 3)
-    ]
+    # A label every three hours of the clock, at the bar that starts then.
+    labels = []
+    for index in range(bins):
+        moment = timezone.localtime(origin + index * step)
+        if moment.minute == 0 and moment.hour % 3 == 0:
+            labels.append((f"{left + index * slot:.1f}", height - 6, _clock(moment)))
     return format_html(
         '<svg xmlns="http://www.w3.org/2000/svg" class="ds-chart" id="ds-timeline-strip" '
         'viewBox="0 0 {} {}" role="img"><title>{}</title>'

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django.test import SimpleTestCase
+from django.utils import timezone
 
 from django_scheduling import charts
 from django_scheduling.timeline import Firing, TaskPlan, Timeline, busiest_minutes, plan_firings
@@ -298,3 +299,15 @@ class ChartTests(SimpleTestCase):
         self.assertEqual(slots, [("ds-slot ds-slot--collision", "2"), ("ds-slot", "1")])
         self.assertIn("2 tasks at one instant", svg)
         self.assertNotIn("<script", svg)
+
+    def test_timeline_strip_bars_start_on_the_clock_across_a_change_of_the_clocks(self):
+        start = datetime(2026, 3, 28, 23, 3, 40, tzinfo=UTC)  # 00:03:40 CET; 02:00 -> 03:00
+        timeline = Timeline(start, start + timedelta(hours=24), [Firing(start, "a")])
+        with timezone.override(ZoneInfo("Europe/Berlin")):
+            svg = charts.timeline_strip(timeline)
+        labels = re.findall(r'<text x="([\d.]+)" y="\d+" text-anchor="middle">([\d:]+)<', svg)
+        self.assertEqual([text for _, text in labels[:3]], ["00:00", "03:00", "06:00"])
+        # 00:00 CET to 03:00 CEST is two hours: twelve bars of ten minutes.
+        slot = (float(labels[2][0]) - float(labels[1][0])) / 18
+        self.assertAlmostEqual(float(labels[1][0]) - float(labels[0][0]), 12 * slot, delta=0.2)
+        self.assertIn("00:00:00 CET to 2026-03-29 00:10:00 CET: 1 firing", svg)
