@@ -122,7 +122,6 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
         "next_fire",
         "trigger_text",
         "last_run_summary",
-        "recent_runs",
         "lock",
     ]
     list_display_links = ["task"]
@@ -225,7 +224,9 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
 
     @admin.display(description=_("state"), ordering="state_order")
     def state_badge(self, task: WithAnnotations[ScheduledTask, TaskAnnotations]) -> str:
-        return badge(task.state, STATE_LABELS[TaskState(task.state)])
+        state = badge(task.state, STATE_LABELS[TaskState(task.state)])
+        # In the list, under the state: how the recent runs went (see TrendsMixin).
+        return format_html("{}{}", state, self.recent_runs(task))
 
     @admin.display(description=_("next fire time"), ordering="next_fire_time")
     def next_fire(self, task: ScheduledTask) -> str:

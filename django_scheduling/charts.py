@@ -152,7 +152,7 @@ def run_chart(points: Sequence[RunPoint], *, slots: int = CHART_RUNS) -> SafeStr
 def sparkline(points: Sequence[RunPoint], *, slots: int) -> SafeString:
     """Return one tick per run of *points* (oldest first), coloured by outcome, newest on the
     right; a failed or lost run's tick is taller."""
-    tick, gap, height = 4, 1, 16
+    tick, gap, height = 2, 1, 10
     width = slots * (tick + gap)
     offset = width - len(points) * (tick + gap)
     counts: dict[str, int] = {}
@@ -160,7 +160,7 @@ def sparkline(points: Sequence[RunPoint], *, slots: int) -> SafeString:
     for index, point in enumerate(points):
         counts[point.status] = counts.get(point.status, 0) + 1
         tall = point.status in (RunStatus.FAILED, RunStatus.LOST)
-        top = 0 if tall else 4
+        top = 0 if tall else 3
         ticks.append(
             (
                 point.status,

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -19,16 +18,19 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.utils.html import format_html
+from django.utils.timesince import timesince
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 
 from . import charts, timeline, trends
 from . import registry as registry_module
-from .admin_views import admin_settings, format_moment
+from .admin_views import admin_settings
+from .formats import format_time
 from .models import ScheduledTask
 
 if TYPE_CHECKING:
+    from django.contrib import admin
+
     _TaskAdminBase = admin.ModelAdmin[ScheduledTask]
 else:
     _TaskAdminBase = object
@@ -56,21 +58,31 @@ class TrendsMixin(_TaskAdminBase):
         for task in tasks:
             task._recent_runs = trends.run_points(found[task.name], now=now)  # type: ignore[attr-defined]
 
-    @admin.display(description=gettext_lazy("recent runs"), ordering="last_success_at")
     def recent_runs(self, task: ScheduledTask) -> str:
-        points = getattr(task, "_recent_runs", [])
+        """Return the sparkline of the task's last runs and how long ago it last succeeded
+        (the time itself in the tooltip), for the task list; nothing on other pages.
+
+        The state column shows them under the state: a column of their own would make the
+        list too wide for a laptop's screen.
+        """
+        if not hasattr(task, "_recent_runs"):
+            return ""
+        points = task._recent_runs
         last_success = getattr(task, "last_success_at", None)
-        line = charts.sparkline(points, slots=trends.SPARKLINE_RUNS) if points else "-"
-        success = (
-            format_html(
-                '<span class="ds-relative ds-last-success">{} {}</span>',
-                _("last success"),
-                format_moment(last_success),
+        if not points:
+            return ""
+        line = charts.sparkline(points, slots=trends.SPARKLINE_RUNS)
+        if last_success is None:
+            success = format_html(
+                '<span class="ds-relative ds-last-success">{}</span>', _("no success")
             )
-            if last_success is not None
-            else format_html('<span class="ds-relative ds-last-success">{}</span>', _("no success"))
-        )
-        return format_html("{}{}", line, success)
+        else:
+            success = format_html(
+                '<span class="ds-relative ds-last-success" title="{}">{}</span>',
+                _("last success: %(time)s") % {"time": format_time(last_success)},
+                _("✓ %(ago)s ago") % {"ago": timesince(last_success, depth=1)},
+            )
+        return format_html('<span class="ds-trend">{}{}</span>', line, success)
 
     # -- a task's page -------------------------------------------------------------------------
 
