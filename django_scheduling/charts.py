@@ -71,17 +71,23 @@ _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 8, 18, 26
 
 def run_chart(points: Sequence[RunPoint], *, slots: int = CHART_RUNS) -> SafeString:
     """Return the chart of *points* (oldest first): one bar per run, its height the run's
-    duration and its colour the outcome, newest on the right; a mark above the late starts."""
+    duration and its colour the outcome, newest on the right; a mark above the late starts.
+
+    The scale is the longest ended run: a run still in progress longer than that reaches the
+    top, and its tooltip says how long it has run.
+    """
     plot_width = _WIDTH - _LEFT - _RIGHT
     plot_height = _HEIGHT - _TOP - _BOTTOM
     slot = plot_width / max(slots, len(points), 1)
-    longest = max((p.duration for p in points if p.duration is not None), default=None)
+    measured = [p for p in points if p.duration is not None]
+    ended = [p for p in measured if not p.in_progress] or measured
+    longest = max((p.duration for p in ended if p.duration is not None), default=None)
     scale = longest.total_seconds() if longest else 0.0
     offset = _LEFT + plot_width - slot * len(points)
     bars, marks = [], []
     for index, point in enumerate(points):
         seconds = point.duration.total_seconds() if point.duration is not None else 0.0
-        height = max(plot_height * seconds / scale if scale else 0.0, 2.0)
+        height = max(min(plot_height * seconds / scale, plot_height) if scale else 0.0, 2.0)
         x = offset + index * slot
         y = _TOP + plot_height - height
         bars.append(
@@ -127,7 +133,7 @@ def run_chart(points: Sequence[RunPoint], *, slots: int = CHART_RUNS) -> SafeStr
         _seconds(longest) if longest else "",
         _LEFT - 6,
         axis_y,
-        offset,
+        _LEFT,  # the times at the ends of the axis: they never overlap
         _HEIGHT - 6,
         first,
         _WIDTH - _RIGHT,

@@ -311,3 +311,16 @@ class ChartTests(SimpleTestCase):
         slot = (float(labels[2][0]) - float(labels[1][0])) / 18
         self.assertAlmostEqual(float(labels[1][0]) - float(labels[0][0]), 12 * slot, delta=0.2)
         self.assertIn("00:00:00 CET to 2026-03-29 00:10:00 CET: 1 firing", svg)
+
+    def test_a_long_run_in_progress_does_not_flatten_the_chart(self):
+        rows = [
+            row(2, "running", ago=timedelta(hours=1)),
+            row(1, "succeeded", ago=timedelta(hours=2), duration=seconds(2)),
+            row(0, "succeeded", ago=timedelta(hours=3), duration=seconds(1)),
+        ]
+        svg = charts.run_chart(run_points(rows, now=NOW))
+        heights = [float(h) for h in re.findall(r'class="ds-bar"[^>]*height="([\d.]+)"', svg)]
+        self.assertEqual(heights[2], heights[1])  # the top of the chart
+        self.assertAlmostEqual(heights[0] * 2, heights[1], places=0)
+        self.assertIn(">2.00s</text>", svg)
+        self.assertIn("running · 2026-03-28 11:00:00 UTC · 1h<", svg)  # its tooltip
