@@ -278,3 +278,13 @@ class TimelineTests(AdminTestCase):
 
     def test_get_only(self):
         self.assertEqual(self.client.post(TIMELINE_URL).status_code, 405)
+
+    def test_long_lists_of_tasks_are_cut_at_50_names(self):
+        for index in range(53):
+            make_task(f"elsewhere.{index:02}", self.now + timedelta(hours=1), trigger="every 1h")
+
+        response = self.client.get(TIMELINE_URL)
+
+        self.assertContains(response, "elsewhere.49")
+        self.assertNotContains(response, "elsewhere.50<")
+        self.assertContains(response, "and 3 more")
