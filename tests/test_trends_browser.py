@@ -107,15 +107,22 @@ class TrendsBrowserTests(BrowserTestCase):
         chart = self.wait_for("#ds-run-chart")
         self.assertTrue(chart.is_displayed())
         self.assertGreater(chart.rect["width"], 800)  # the width of the page's content
-        bars = chart.find_elements(By.CSS_SELECTOR, "rect.ds-bar")
+        # One round trip for the hundred bars: what each shows, as the browser lays it out.
+        bars = self.browser.execute_script(
+            """
+            return [...arguments[0].querySelectorAll("rect.ds-bar")].map(bar => {
+                const box = bar.getBoundingClientRect();
+                return [bar.dataset.status, getComputedStyle(bar).fill, box.width, box.height];
+            });
+            """,
+            chart,
+        )
         self.assertEqual(len(bars), 100)
-        self.assertTrue(all(bar.is_displayed() and bar.rect["height"] >= 1 for bar in bars))
-        statuses = [bar.get_attribute("data-status") for bar in bars]
+        self.assertTrue(all(width >= 3 and height >= 1 for _, _, width, height in bars))
+        statuses = [status for status, _, _, _ in bars]
         self.assertEqual(statuses.count("failed"), 2)  # the first failure is among the 20 oldest
         self.assertEqual(statuses[-1], "running")
-        colours = {
-            bar.get_attribute("data-status"): bar.value_of_css_property("fill") for bar in bars
-        }
+        colours = {status: fill for status, fill, _, _ in bars}
         self.assertEqual(colours["failed"], "rgb(220, 38, 38)")
         self.assertEqual(colours["succeeded"], "rgb(22, 163, 74)")
         late = chart.find_elements(By.CSS_SELECTOR, "polygon.ds-late")
@@ -177,9 +184,17 @@ class TrendsBrowserTests(BrowserTestCase):
         strip = self.wait_for("#ds-timeline-strip")
         self.assertTrue(strip.is_displayed())
         self.assertGreater(strip.rect["width"], 800)
-        slots = strip.find_elements(By.CSS_SELECTOR, "rect.ds-slot")
-        self.assertTrue(all(slot.is_displayed() for slot in slots))
-        firings = sum(int(slot.get_attribute("data-count")) for slot in slots)
+        slots = self.browser.execute_script(
+            """
+            return [...arguments[0].querySelectorAll("rect.ds-slot")].map(slot => {
+                const box = slot.getBoundingClientRect();
+                return [Number(slot.dataset.count), box.width, box.height];
+            });
+            """,
+            strip,
+        )
+        self.assertTrue(all(width >= 2 and height >= 1 for _, width, height in slots))
+        firings = sum(count for count, _, _ in slots)
         # 96 quarter hours, 24 hours twice, one night, 72 times 20 minutes, 4 times 6 hours.
         self.assertEqual(firings, 96 + 24 + 24 + 1 + 72 + 4)
         collisions = strip.find_elements(By.CSS_SELECTOR, "rect.ds-slot--collision")
