@@ -116,14 +116,7 @@ class StateFilter(admin.SimpleListFilter):
 
 @admin.register(ScheduledTask)
 class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
-    list_display = [
-        "task",
-        "state_badge",
-        "next_fire",
-        "trigger_text",
-        "last_run_summary",
-        "lock",
-    ]
+    list_display = ["task", "state_badge", "next_fire", "trigger_text", "last_run_summary", "lock"]
     list_display_links = ["task"]
     list_filter = [StateFilter]
     search_fields = ["name"]
