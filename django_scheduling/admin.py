@@ -30,8 +30,9 @@ from .admin_views import (
     format_run_error,
     format_time,
 )
-from .models import ScheduledTask, TaskLock, TaskRun, TriggerKind
+from .models import RunStatus, ScheduledTask, TaskLock, TaskRun, TriggerKind
 from .monitoring import StateAnnotations, TaskState, annotate_state
+from .trends_admin import TrendsMixin
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise, WithAnnotations
@@ -82,6 +83,7 @@ class TaskAnnotations(StateAnnotations):
 
     lock_holder: str | None
     lock_held_until: datetime | None
+    last_success_at: datetime | None
 
 
 class RunAnnotations(TypedDict):
@@ -94,6 +96,11 @@ class TaskChangeList(ChangeList):
     def _get_default_ordering(self) -> tuple[str, ...]:
         # Mark the columns of the real default order in the headers, not the model's.
         return TASK_ORDERING
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        # The recent runs of all the tasks of the page, in one query: see TrendsMixin.
+        self.model_admin.attach_recent_runs(self.result_list)  # type: ignore[attr-defined]
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -108,7 +115,7 @@ class StateFilter(admin.SimpleListFilter):
 
 
 @admin.register(ScheduledTask)
-class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
+class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
     list_display = ["task", "state_badge", "next_fire", "trigger_text", "last_run_summary", "lock"]
     list_display_links = ["task"]
     list_filter = [StateFilter]
@@ -157,6 +164,7 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[ScheduledTask]:
         conf, now = admin_settings(), timezone.now()
         held = TaskLock.objects.filter(name=OuterRef("name"), lock_until__gt=now)
+        succeeded = TaskRun.objects.filter(task_name=OuterRef("name"), status=RunStatus.SUCCEEDED)
         # Annotate before ordering: the default order sorts on the state.
         tasks = self.model._default_manager.using(conf.database)
         return (
@@ -165,6 +173,9 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
             .annotate(
                 lock_holder=Subquery(held.values("locked_by")[:1]),
                 lock_held_until=Subquery(held.values("lock_until")[:1]),
+                last_success_at=Subquery(
+                    succeeded.order_by("-started_at", "-id").values("finished_at")[:1]
+                ),
             )
             .order_by(*self.get_ordering(request))
         )
@@ -184,6 +195,7 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
     ) -> HttpResponse:
         runs = TaskRun.objects.using(admin_settings().database).filter(task_name=unquote(object_id))
         context = {
+            **self.trends_context(unquote(object_id)),
             "recent_runs": runs.order_by("-started_at", "-id")[:RECENT_RUNS],
             "can_pause": self.has_pause_permission(request),
             "can_run": self.has_run_permission(request),
@@ -205,7 +217,9 @@ class ScheduledTaskAdmin(TaskControlMixin, ReadOnlyAdmin):
 
     @admin.display(description=_("state"), ordering="state_order")
     def state_badge(self, task: WithAnnotations[ScheduledTask, TaskAnnotations]) -> str:
-        return badge(task.state, STATE_LABELS[TaskState(task.state)])
+        state = badge(task.state, STATE_LABELS[TaskState(task.state)])
+        # In the list, under the state: how the recent runs went (see TrendsMixin).
+        return format_html("{}{}", state, self.recent_runs(task))
 
     @admin.display(description=_("next fire time"), ordering="next_fire_time")
     def next_fire(self, task: ScheduledTask) -> str:

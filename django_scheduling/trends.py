@@ -1,0 +1,168 @@
+"""Trends of a task's recent runs, for the admin: success rate, durations, failures in a row and
+late starts.
+
+Pure: the functions take the rows that ``recent_runs()`` or ``recent_runs_of()`` read (a few
+columns, no model instances) and, where time matters, *now*; they are tested without a
+database.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
+
+from .models import RunStatus, TaskRun
+
+__all__ = [
+    "CHART_RUNS",
+    "SPARKLINE_RUNS",
+    "LATE_START",
+    "RUN_FIELDS",
+    "RunPoint",
+    "RunStats",
+    "run_points",
+    "run_stats",
+    "percentile",
+    "recent_runs",
+    "recent_runs_of",
+]
+
+#: How many runs the chart on a task's page shows.
+CHART_RUNS = 100
+#: How many runs the sparkline of each task in the task list shows.
+SPARKLINE_RUNS = 20
+#: A run is late when it started more than this after its fire time, beyond the task's jitter
+#: (which delays firings on purpose).
+LATE_START = timedelta(seconds=1)
+
+#: The columns read of each run: (id, status, started_at, scheduled_at, duration).
+RUN_FIELDS = ("id", "status", "started_at", "scheduled_at", "duration")
+RunRow = tuple[int, str, datetime, datetime | None, timedelta | None]
+
+#: Statuses of runs that have not ended: not counted in the success rate or the durations.
+IN_PROGRESS = frozenset({RunStatus.RUNNING.value, "enqueued"})
+#: Statuses that count as a failure of the task in "failures in a row".
+FAILURES = frozenset({RunStatus.FAILED.value, RunStatus.LOST.value})
+
+
+@dataclass(frozen=True, slots=True)
+class RunPoint:
+    """One run as the charts draw it."""
+
+    id: int
+    status: str
+    started_at: datetime
+    #: How long it ran; for a run in progress, how long it has run so far (``None``: unknown,
+    #: e.g. a lost run).
+    duration: timedelta | None
+    #: Start minus fire time; ``None`` for a manual run, which has no fire time.
+    lateness: timedelta | None
+    late: bool
+
+    @property
+    def in_progress(self) -> bool:
+        return self.status in IN_PROGRESS
+
+
+@dataclass(frozen=True, slots=True)
+class RunStats:
+    """What the runs of a chart add up to."""
+
+    runs: int
+    #: Runs that have ended (every status but running and enqueued).
+    finished: int
+    succeeded: int
+    #: Succeeded runs among the finished ones, from 0 to 1; ``None`` when none has finished.
+    success_rate: float | None
+    p50: timedelta | None
+    p95: timedelta | None
+    #: Failed or lost runs since the newest run that ended otherwise (runs in progress are
+    #: passed over).
+    consecutive_failures: int
+    late_starts: int
+
+
+def run_points(
+    rows: Iterable[RunRow], *, now: datetime, late_after: timedelta = LATE_START
+) -> list[RunPoint]:
+    """Return the runs of *rows* (newest first, as read) oldest first, as the charts draw them.
+
+    A run is late when its start came more than *late_after* after the fire time it served.
+    """
+    points = []
+    for run_id, status, started_at, scheduled_at, duration in rows:
+        if duration is None and status in IN_PROGRESS:
+            duration = max(now - started_at, timedelta(0))
+        lateness = None if scheduled_at is None else started_at - scheduled_at
+        late = lateness is not None and lateness > late_after
+        points.append(RunPoint(run_id, status, started_at, duration, lateness, late))
+    points.reverse()
+    return points
+
+
+def run_stats(points: Sequence[RunPoint]) -> RunStats:
+    """Return the success rate, the p50 and p95 durations of the ended runs, the failures in a
+    row and the late starts of *points* (oldest first)."""
+    ended = [p for p in points if not p.in_progress]
+    succeeded = sum(1 for p in ended if p.status == RunStatus.SUCCEEDED)
+    durations = sorted(p.duration for p in ended if p.duration is not None)
+    streak = 0
+    for point in reversed(ended):
+        if point.status not in FAILURES:
+            break
+        streak += 1
+    return RunStats(
+        runs=len(points),
+        finished=len(ended),
+        succeeded=succeeded,
+        success_rate=succeeded / len(ended) if ended else None,
+        p50=percentile(durations, 0.50),
+        p95=percentile(durations, 0.95),
+        consecutive_failures=streak,
+        late_starts=sum(1 for p in points if p.late),
+    )
+
+
+def percentile(ordered: Sequence[timedelta], fraction: float) -> timedelta | None:
+    """Return the nearest-rank percentile *fraction* (0 to 1) of *ordered* (sorted), a value
+    that occurred; ``None`` for no values."""
+    if not ordered:
+        return None
+    rank = max(math.ceil(fraction * len(ordered)), 1)
+    return ordered[rank - 1]
+
+
+def recent_runs(name: str, *, using: str, limit: int = CHART_RUNS) -> list[RunRow]:
+    """Return the *limit* newest runs of task *name*, newest first, in one query."""
+    runs = TaskRun.objects.using(using).filter(task_name=name).order_by("-started_at", "-id")
+    return list(runs.values_list(*RUN_FIELDS)[:limit])
+
+
+def recent_runs_of(
+    names: Sequence[str], *, using: str, limit: int = SPARKLINE_RUNS
+) -> dict[str, list[RunRow]]:
+    """Return the *limit* newest runs of each task of *names*, newest first, in one query.
+
+    ``ROW_NUMBER()`` numbers each task's runs from the newest; SQLite, MariaDB 10.2+ and
+    PostgreSQL all have it.
+    """
+    found: dict[str, list[RunRow]] = {name: [] for name in names}
+    if not names:
+        return found
+    newest_first = [F("started_at").desc(), F("id").desc()]
+    runs = (
+        TaskRun.objects.using(using)
+        .filter(task_name__in=list(names))
+        .annotate(rank=Window(RowNumber(), partition_by=[F("task_name")], order_by=newest_first))
+        .filter(rank__lte=limit)
+        .order_by("task_name", "-started_at", "-id")
+        .values_list("task_name", *RUN_FIELDS)
+    )
+    for task_name, *row in runs:
+        found[task_name].append(tuple(row))
+    return found
