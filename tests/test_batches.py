@@ -224,6 +224,30 @@ class BatchTests(TransactionTestCase):
         # Read, lock, record the runs, claim (MySQL adds the read of the runs' ids).
         self.assertLessEqual(counts[1], 5, statements)
 
+    @pytest.mark.vendor("mysql")
+    def test_the_lock_wait_is_set_once_per_connection_not_per_batch(self):
+        definitions, _ = self.tasks(3)
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        sets = []
+        for second in (0, 10, 20):
+            self.clock.now = T0 + timedelta(seconds=second)
+            with CaptureQueriesContext(connection) as queries:
+                outcomes = a.batch(entries, self.clock.now)
+            self.assertTrue(all(isinstance(o, Call) for o in outcomes))
+            sets.append([q["sql"] for q in queries if "innodb_lock_wait_timeout" in q["sql"]])
+            # On a thread of their own, as on the pool: a task's end closes its thread's
+            # connection, and this thread's is the claims'.
+            runner = threading.Thread(target=a.run_calls, args=(entries, outcomes))
+            runner.start()
+            runner.join(DEADLINE)
+        connection.close()  # a new connection is given the wait again
+        self.clock.now = T0 + timedelta(seconds=30)
+        with CaptureQueriesContext(connection) as queries:
+            a.batch(entries, self.clock.now)
+        sets.append([q["sql"] for q in queries if "innodb_lock_wait_timeout" in q["sql"]])
+        self.assertEqual([len(found) for found in sets[1:]], [0, 0, 1], sets)
+
     def test_a_lock_held_elsewhere_skips_that_firing_and_looks_again_soon(self):
         definitions, counters = self.tasks(3)
         a = self.instance("a")

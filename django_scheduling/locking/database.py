@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import weakref
 from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -58,6 +59,8 @@ _POSTGRES_CONFLICT = {"40001", "40P01"}  # serialization failure, deadlock: a co
 _POSTGRES_LOCK_TIMEOUT = "55P03"  # lock_not_available: another transaction holds the row
 _STRICT_MODES = {"STRICT_TRANS_TABLES", "STRICT_ALL_TABLES"}
 _MYSQL_LOCK_WAIT_TIMEOUT = 1205
+#: The innodb_lock_wait_timeout each MySQL connection of the scheduler was given.
+_wait_set: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 _CONFLICTS = (
     _MYSQL_CONFLICT | _POSTGRES_CONFLICT | {_POSTGRES_LOCK_TIMEOUT, _MYSQL_LOCK_WAIT_TIMEOUT}
 )
@@ -374,8 +377,12 @@ class DatabaseLockProvider:
                 cursor.execute(f"SET LOCAL lock_timeout = {milliseconds}")
         elif conn.vendor == "mysql":  # whole seconds; the connection is the scheduler's own
             seconds = max(1, round(self.lock_wait_timeout.total_seconds()))
-            with conn.cursor() as cursor:
-                cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
+            # A session variable outlives the transaction (a rollback keeps it): set once per
+            # connection, not one more round trip per batch.
+            if _wait_set.get(conn.connection) != seconds:
+                with conn.cursor() as cursor:
+                    cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
+                _wait_set[conn.connection] = seconds
         return sql
 
     def unlock_many(self, locks: list[Lock], *, joined: bool = False) -> set[str]:
