@@ -31,7 +31,22 @@ def datetime_adapter(conn: Any) -> Callable[[datetime | None], Any]:
     if conn.vendor == "sqlite":
         # str(), as Django's SQLite backend: the column is compared as text.
         return lambda value: None if value is None else str(_naive(value))
-    return lambda value: None if value is None else _naive(value)
+    # MySQL: as text too, which its driver escapes several times faster than it formats a
+    # datetime; and the values of a batch mostly repeat, so each is formatted once.
+    texts: dict[datetime, str] = {}
+
+    def adapt(value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return texts[value]
+        except KeyError:
+            if len(texts) > 1000:
+                texts.clear()
+            text = texts[value] = str(_naive(value))
+            return text
+
+    return adapt
 
 
 def _naive(value: datetime) -> datetime:
