@@ -74,8 +74,14 @@ def function_of(obj: Any, engine: str | None) -> Callable[..., Any] | None:
         return obj if callable(obj) else None
     if engine == DJANGO_TASKS:
         return obj.func
-    if not issubclass(type(obj), _celery_proxy()):
-        return getattr(obj, "__wrapped__", None) or getattr(obj, "run", None)
+    from celery.local import PromiseProxy, Proxy
+
+    if issubclass(type(obj), PromiseProxy) and obj.__evaluated__():
+        obj = obj._get_current_object()  # evaluated once already: no side effect
+    if not issubclass(type(obj), Proxy):
+        found = getattr(obj, "__wrapped__", None) or getattr(obj, "run", None)
+        found = getattr(found, "__func__", found)  # bind=True: a method of the task
+        return found if inspect.isfunction(found) else None
     # @app.task: PromiseProxy(app._task_from_fun, (fun,), options).
     args = object.__getattribute__(obj, "_Proxy__args")
     if args and inspect.isfunction(args[0]):
@@ -87,12 +93,6 @@ def function_of(obj: Any, engine: str | None) -> Callable[..., Any] | None:
     except TypeError:
         return None
     return found if inspect.isfunction(found) else None
-
-
-def _celery_proxy() -> type:
-    from celery.local import Proxy
-
-    return Proxy
 
 
 def backend_alias(task: Any) -> str:

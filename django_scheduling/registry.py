@@ -181,8 +181,9 @@ def _calls(
         kwargs = {}
     if not isinstance(kwargs, Mapping) or not all(isinstance(key, str) for key in kwargs):
         raise _Invalid("function", f"kwargs={kwargs!r} must be a dict with string keys")
-    if engine is not None and getattr(func, "takes_context", False):
-        function = None  # the engine passes the context first: nothing to compare with
+    if engine == engines.CELERY or getattr(func, "takes_context", False):
+        # The engine passes the task (bind=True) or its context first: nothing to compare.
+        function = None
     else:
         function = engines.function_of(func, engine)
     if engine is None and not args and not kwargs:

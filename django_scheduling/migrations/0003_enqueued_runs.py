@@ -4,25 +4,48 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_scheduling', '0002_run_recovery_and_lock_lost'),
+        ("django_scheduling", "0002_run_recovery_and_lock_lost"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='taskrun',
-            name='backend',
-            field=models.CharField(blank=True, db_default='', help_text="The task engine's backend that the run was enqueued on; empty otherwise.", max_length=100, verbose_name='backend'),
+            model_name="taskrun",
+            name="backend",
+            field=models.CharField(
+                blank=True,
+                db_default="",
+                help_text="The task engine's backend that the run was enqueued on; empty otherwise.",
+                max_length=100,
+                verbose_name="backend",
+            ),
         ),
         migrations.AddField(
-            model_name='taskrun',
-            name='result_id',
-            field=models.CharField(blank=True, db_default='', help_text="The id of the enqueued run's result on its backend.", max_length=255, verbose_name='result id'),
+            model_name="taskrun",
+            name="result_id",
+            field=models.CharField(
+                blank=True,
+                db_default="",
+                help_text="The id of the enqueued run's result on its backend.",
+                max_length=255,
+                verbose_name="result id",
+            ),
         ),
         migrations.AlterField(
-            model_name='taskrun',
-            name='status',
-            field=models.CharField(choices=[('running', 'running'), ('succeeded', 'succeeded'), ('failed', 'failed'), ('interrupted', 'interrupted by shutdown'), ('rejected', 'rejected by the pool'), ('lost', 'lost (ended without a finish)'), ('enqueued', 'enqueued')], max_length=20, verbose_name='status'),
+            model_name="taskrun",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("running", "running"),
+                    ("succeeded", "succeeded"),
+                    ("failed", "failed"),
+                    ("interrupted", "interrupted by shutdown"),
+                    ("rejected", "rejected by the pool"),
+                    ("lost", "lost (ended without a finish)"),
+                    ("enqueued", "enqueued"),
+                ],
+                max_length=20,
+                verbose_name="status",
+            ),
         ),
     ]
