@@ -65,6 +65,11 @@ if app is not None:
         record(name, str(self.request.id))
 
     if "celery" in ENGINES:
-        scheduled(fixed_rate="1s", name="celery_every_1s", kwargs={"name": "celery_every_1s"})(
-            celery_record
-        )
+        # expires: the messages wait for the workers that tests/test_engines_processes.py
+        # starts a few seconds later (by default they would expire at the next fire time).
+        scheduled(
+            fixed_rate="1s",
+            name="celery_every_1s",
+            kwargs={"name": "celery_every_1s"},
+            expires="1m",
+        )(celery_record)
