@@ -23,6 +23,7 @@ from django.db import connection
 from django.test import TransactionTestCase
 from django_tasks_db.models import DBTaskResult
 
+from django_scheduling import engines
 from django_scheduling.models import RunStatus, TaskRun
 
 from .processes import Process, celery_worker, db_worker, manage, poll, process_env
@@ -110,6 +111,9 @@ class EngineProcessTests(TransactionTestCase):
             worker.stop()
         self.assert_each_fire_time_ran_once_on_a_worker(task, schedulers, workers)
         self.assertEqual(set(DBTaskResult.objects.values_list("status", flat=True)), {"SUCCESSFUL"})
+        # The run's admin page reads the outcome from the backend.
+        run = self.runs(task)[0]
+        self.assertEqual(engines.outcome(run.backend, run.result_id), "successful")
 
     @only_full
     def test_celery_firings_wait_for_workers_then_run_once_each(self):
@@ -137,6 +141,12 @@ class EngineProcessTests(TransactionTestCase):
         for worker in workers:
             worker.stop()
         self.assert_each_fire_time_ran_once_on_a_worker(task, schedulers, workers)
+        # The run's admin page reads the outcome from the result backend, in a process that
+        # loads the Celery app (as a project's __init__.py does).
+        import tests.engines_celery  # noqa: F401
+
+        run = self.runs(task)[-1]
+        self.assertEqual(engines.outcome(run.backend, run.result_id), "SUCCESS")
 
     @only_full
     def test_an_unreachable_broker_fails_the_firings_and_blocks_nothing_else(self):
