@@ -234,6 +234,26 @@ class DjangoTasksTests(TransactionTestCase):
         self.assertContains(page, f"django.tasks:default as {run.result_id}: ready")
 
 
+class OtherBackendTests(TransactionTestCase):
+    def test_a_backend_without_results_is_enqueued_after_the_claim_and_says_so(self):
+        definition = TaskRegistry().add(
+            immediate_record, fixed_rate="10s", name="immediate", kwargs={"name": "immediate"}
+        )
+        self.assertFalse(engines.commits_with(immediate_record, engines.DJANGO_TASKS, "default"))
+        runner = make_runner("a", T0)
+        runner.run(entry(runner, definition), T0)
+        run = TaskRun.objects.get()
+        self.assertEqual((run.status, run.backend), (RunStatus.ENQUEUED, "django.tasks:immediate"))
+        # The ImmediateBackend ran it inside enqueue(), here (hence check W010).
+        (execution,) = engine_tasks.Execution.objects.all()
+        self.assertEqual(execution.task, f"immediate {run.result_id}")
+        self.assertEqual(execution.pid, os.getpid())
+        self.assertEqual(
+            engines.outcome(run.backend, run.result_id),
+            "outcome not reported by backend django.tasks:immediate",
+        )
+
+
 @override_settings(TASKS={"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}})
 class CeleryTests(TransactionTestCase):
     """Celery on Redis: enqueued right after the claim commits."""
