@@ -24,6 +24,11 @@ The path of one firing of a locked task, top to bottom:
 
 A task with ``lock=False`` runs on every instance and keeps its schedule in memory. Every
 next fire time comes from ``_next()``.
+
+A django.tasks ``Task`` or a Celery task takes ``run``, one firing at a time: ``_enqueue``
+takes the place of ``_execute``'s call and enqueues the task, in the transaction of the claim
+when the engine writes to the scheduler's database (``engines.commits_with``), right after it
+otherwise.
 """
 
 from __future__ import annotations
