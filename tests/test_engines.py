@@ -96,6 +96,17 @@ class DeclarationTests(TransactionTestCase):
         shared = self.registry.add(celery_record, fixed_rate="5m", kwargs={"name": "x"})
         self.assertEqual(shared.name, "tests.testapp.engine_tasks.celery_record")
 
+    def test_a_shared_task_is_named_after_its_function(self):
+        from celery import shared_task
+
+        @shared_task
+        def refresh_feeds():
+            pass
+
+        definition = self.registry.add(refresh_feeds, fixed_rate="5m")
+        self.assertEqual(definition.engine, engines.CELERY)
+        self.assertTrue(definition.name.endswith("<locals>.refresh_feeds"), definition.name)
+
     def test_several_schedules_for_one_task_and_arguments_for_plain_functions(self):
         def report(kind, *, dry_run=False):
             pass
