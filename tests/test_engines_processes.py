@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import socket
 from collections import Counter
 from datetime import timedelta
 
@@ -32,15 +33,16 @@ from .testapp.models import Execution
 pytestmark = pytest.mark.processes
 
 SECOND = timedelta(seconds=1)
+REDIS_DEFAULT = "redis://127.0.0.1:63799/0"
 FULL = django.VERSION[:2] == (6, 1) or bool(os.environ.get("TEST_ENGINES_FULL"))
 only_full = pytest.mark.skipif(
     not FULL, reason="three schedulers and two workers run in the Django 6.1 sessions"
 )
 
 
-def engine_env(engines: str, **extra: str) -> dict[str, str]:
+def engine_env(engines: str, scheduling: dict | None = None, **extra: str) -> dict[str, str]:
     return process_env(
-        SCHEDULING_EXTRA=json.dumps({"TASK_MODULE": "engine_tasks"}),
+        SCHEDULING_EXTRA=json.dumps({"TASK_MODULE": "engine_tasks", **(scheduling or {})}),
         SCHEDULING_LOG_LEVEL="INFO",
         TESTAPP_ENGINES=engines,
         **extra,
@@ -120,7 +122,7 @@ class EngineProcessTests(TransactionTestCase):
         """Celery on Redis: enqueued after the claim commits. No worker: the messages wait in
         Redis. Then workers start, and every fire time runs once, on a worker."""
         queue = f"test-engines-{os.getpid()}"
-        client = redis.Redis.from_url(os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:63799/0"))
+        client = redis.Redis.from_url(os.environ.get("TEST_REDIS_URL", REDIS_DEFAULT))
         client.delete(queue)
         self.addCleanup(client.delete, queue)
         task = "celery_every_1s"
@@ -171,3 +173,42 @@ class EngineProcessTests(TransactionTestCase):
         self.assertEqual(
             {b.scheduled_at - a.scheduled_at for a, b in itertools.pairwise(plain)}, {SECOND}
         )
+
+    @only_full
+    def test_a_crash_between_the_claim_and_the_publish_loses_that_fire_time(self):
+        """The README's "at most once" for brokers outside the database: a scheduler killed
+        while it publishes (to a broker that accepts the connection and never answers) leaves
+        the run "running"; housekeeping marks it lost, and no one enqueues that fire time."""
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections complete in the kernel; nothing ever answers them
+        self.addCleanup(silent.close)
+        port = silent.getsockname()[1]
+        scheduling = {"LOCK_AT_MOST_FOR": "2s", "HOUSEKEEPING_INTERVAL": "1s"}
+        env = engine_env("celery", scheduling, TEST_REDIS_URL=f"redis://127.0.0.1:{port}/0")
+        (stuck,) = self.start_schedulers(1, env)
+        run = poll(
+            lambda: TaskRun.objects.filter(task_name="celery_every_1s").first(),
+            timeout=30,
+            message="no firing started",
+        )
+        stuck.kill()
+        self.assertEqual(run.status, RunStatus.RUNNING)
+        queue = f"test-engines-{os.getpid()}"
+        env = engine_env("celery", scheduling, TEST_CELERY_QUEUE=queue)
+        self.start_schedulers(1, env)
+        lost = poll(
+            lambda: TaskRun.objects.filter(pk=run.pk, status=RunStatus.LOST).first(),
+            timeout=30,
+            message="the run cut off by the crash was not marked lost",
+        )
+        self.assertEqual(lost.result_id, "")
+        poll(lambda: len(self.runs("celery_every_1s")) >= 2, timeout=30)
+        # The other scheduler went on from the next fire times, and never served that one.
+        self.assertEqual(
+            TaskRun.objects.filter(
+                task_name="celery_every_1s", scheduled_at=run.scheduled_at
+            ).count(),
+            1,
+        )
+        redis.Redis.from_url(os.environ.get("TEST_REDIS_URL", REDIS_DEFAULT)).delete(queue)
