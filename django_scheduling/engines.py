@@ -3,8 +3,8 @@ and Celery.
 
 ``@scheduled`` on a django.tasks ``Task`` or a Celery task records the engine in the task's
 definition; each firing then enqueues the task (``task.enqueue()``, ``task.apply_async()``)
-instead of calling it. Nothing here imports an engine that the project has not imported itself:
-a task object can only exist once its engine's module is loaded.
+instead of calling it. Telling a task's engine imports no engine that the project has not
+imported itself: a task object can only exist once its engine's module is loaded.
 """
 
 from __future__ import annotations
