@@ -5,7 +5,7 @@ The tasks (tests/testapp/engine_tasks.py) write a row per call, named after thei
 their result's id, with the pid of the process that ran them; the checks join those rows with
 the run history. The three-scheduler tests run on Django 6.1 (on each database of its
 sessions), or anywhere with ``TEST_ENGINES_FULL=1``; Django 5.2 runs a light one on the
-django-tasks backport.
+django-tasks backport (SQLite only). Elsewhere they are deselected (``@pytest.mark.sessions``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from datetime import timedelta
 import django
 import pytest
 import redis
-from django.db import connection
 from django.test import TransactionTestCase
 from django_tasks_db.models import DBTaskResult
 
@@ -35,9 +34,8 @@ pytestmark = pytest.mark.processes
 SECOND = timedelta(seconds=1)
 REDIS_DEFAULT = "redis://127.0.0.1:63799/0"
 FULL = django.VERSION[:2] == (6, 1) or bool(os.environ.get("TEST_ENGINES_FULL"))
-only_full = pytest.mark.skipif(
-    not FULL, reason="three schedulers and two workers run in the Django 6.1 sessions"
-)
+#: Three schedulers and two workers: in the Django 6.1 sessions (deselected elsewhere).
+only_full = pytest.mark.sessions("6.1")
 
 
 def engine_env(engines: str, scheduling: dict | None = None, **extra: str) -> dict[str, str]:
@@ -87,12 +85,11 @@ class EngineProcessTests(TransactionTestCase):
             message=f"the workers did not run every enqueued firing of {task}",
         )
 
+    @pytest.mark.sessions("6.1", "5.2/sqlite")
     def test_django_tasks_firings_wait_for_workers_then_run_once_each(self):
         """With django-tasks-db on the scheduler's database: claim and enqueue in one
         transaction. No worker: the firings wait in the queue (its table). Then workers
         start, and every fire time runs once, on a worker."""
-        if not FULL and (django.VERSION >= (6, 0) or connection.vendor != "sqlite"):
-            pytest.skip("Django 5.2 runs this on SQLite only, with one scheduler and worker")
         task = "tasks_every_1s"
         env = engine_env("tasks")
         schedulers = self.start_schedulers(3 if FULL else 1, env)
