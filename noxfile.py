@@ -10,8 +10,9 @@ three that still goes through every database path: locks, history and the firing
 
 MariaDB and PostgreSQL: ``TEST_MYSQL_URL`` and ``TEST_POSTGRES_URL`` when set, else the throwaway
 servers of ``scripts/mariadb-test-server`` and ``scripts/postgres-test-server``, started here if
-they are not running. Virtualenvs live in ``.nox/`` and are reused: a session installs again
-only when ``pyproject.toml`` changed.
+they are not running. Redis (Celery's broker in tests/test_engines*.py): ``TEST_REDIS_URL``, else
+``scripts/redis-test-server``. Virtualenvs live in ``.nox/`` and are reused: a session installs
+again only when ``pyproject.toml`` or its packages changed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,14 @@ SUBSET = [
 SERVERS = {
     "mysql": ("TEST_MYSQL_URL", "scripts/mariadb-test-server"),
     "postgresql": ("TEST_POSTGRES_URL", "scripts/postgres-test-server"),
+    "redis": ("TEST_REDIS_URL", "scripts/redis-test-server"),
+}
+# The task engines of tests/test_engines*.py: django.tasks (the backport on Django 5.2) with its
+# database backend, and Celery on Redis.
+ENGINES = {
+    "5.2": ["django-tasks==0.12.0", "django-tasks-db==0.13.0", "celery[redis]>=5.4,<6"],
+    "6.0": ["django-tasks-db==0.13.0", "celery[redis]>=5.4,<6"],
+    "6.1": ["django-tasks-db==0.13.0", "celery[redis]>=5.4,<6"],
 }
 # A second database for the tests of SCHEDULING["DATABASE"] != "default" (tests/settings.py).
 SECONDARY = {("6.1", "sqlite"): "postgresql", ("6.1", "postgresql"): "mysql"}
@@ -68,7 +77,10 @@ def tests_django_60(session: nox.Session, database: str) -> None:
 
 def run_suite(session: nox.Session, django: str, database: str, *paths: str) -> None:
     install(session, f"Django~={django}.0")
-    env = {"DATABASE_URL": database_url(session, database)}
+    env = {
+        "DATABASE_URL": database_url(session, database),
+        "TEST_REDIS_URL": database_url(session, "redis"),
+    }
     if (secondary := SECONDARY.get((django, database))) is not None:
         env["SECONDARY_DATABASE_URL"] = database_url(session, secondary)
     session.run("python", "-m", "pytest", *paths, *session.posargs, env=env)
@@ -77,16 +89,21 @@ def run_suite(session: nox.Session, django: str, database: str, *paths: str) -> 
 def install(session: nox.Session, django: str) -> None:
     """Install the project with its test extras and *django*, unless this virtualenv already
     has them."""
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + django.encode()).hexdigest()
+    version = django.removeprefix("Django~=").removesuffix(".0")
+    packages = [django, *ENGINES[version]]
+    wanted = hashlib.sha256(
+        (ROOT / "pyproject.toml").read_bytes() + " ".join(packages).encode()
+    ).hexdigest()
     marker = Path(session.virtualenv.location) / ".installed"
     if marker.exists() and marker.read_text() == wanted:
         return
-    session.install("-e", ".[mysql,postgres,test]", django)
+    session.install("-e", ".[mysql,postgres,test]", *packages)
     marker.write_text(wanted)
 
 
 def database_url(session: nox.Session, database: str) -> str:
-    """Return the DATABASE_URL of *database*, starting its test server when needed."""
+    """Return the URL of *database* (or of the Redis server), starting its test server when
+    needed."""
     if database == "sqlite":
         return "sqlite://:memory:"
     variable, script = SERVERS[database]

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
+from . import engines
 from .admin_views import (
     STATE_LABELS,
     TaskControlMixin,
@@ -293,6 +294,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
         "instance",
         "lock_lost",
         "recovery",
+        "enqueued_on",
         "error_type",
         "error_message",
         "traceback_text",
@@ -334,6 +336,22 @@ class TaskRunAdmin(ReadOnlyAdmin):
             return status
         # Another instance may have run the task at the same time: say so where it shows.
         return format_html("{} {}", status, badge("failed", _("lock lost")))
+
+    @admin.display(description=_("enqueued on"))
+    def enqueued_on(self, run: TaskRun) -> str:
+        """Name the engine's backend and result of an enqueued run, with the outcome the
+        backend reports now (read when the page renders; never raises)."""
+        if not run.backend:
+            return "-"
+        if not run.result_id:
+            return format_html("{} ({})", run.backend, _("not enqueued: the enqueue failed"))
+        return format_html(
+            "{} {} {}: {}",
+            run.backend,
+            _("as"),
+            run.result_id,
+            engines.outcome(run.backend, run.result_id),
+        )
 
     @admin.display(description=_("recovery of"))
     def recovery(self, run: TaskRun) -> str:

@@ -16,11 +16,19 @@ from django.conf import settings
 from django.core import checks
 from django.db import connections
 
+from . import engines
 from .conf import InvalidSettings, SchedulingSettings, get_settings
 from .locking import SUPPORTED_VENDORS
 from .registry import TaskDefinition, TaskRegistry, registry
 
-__all__ = ["check_tasks", "check_settings", "scheduler_errors", "describe", "BLOCKING_COMMANDS"]
+__all__ = [
+    "check_tasks",
+    "check_settings",
+    "check_engines",
+    "scheduler_errors",
+    "describe",
+    "BLOCKING_COMMANDS",
+]
 
 #: The commands in which a mistake is an error: they check the project or run the scheduler.
 BLOCKING_COMMANDS = frozenset({"check", "runscheduler", "scheduling_status"})
@@ -81,14 +89,78 @@ def task_errors(tasks: TaskRegistry | None = None) -> list[checks.Error]:
     ]
     errors += [
         checks.Error(
-            f"Two tasks are named {first.name!r}: {first.origin} and {second.origin}.",
+            f"Two tasks are named {first.name!r}: {first.origin} and {second.origin}."
+            if first.func is not second.func
+            else f"Two @scheduled lines on {first.origin} give the same name {first.name!r}.",
             hint="Give one of them another name='...'.",
             obj=second.origin,
             id="django_scheduling.E002",
         )
         for first, second in tasks.duplicates
     ]
+    errors += [error for d in tasks if not d.error for error in _engine_errors(d)]
     return errors
+
+
+def _engine_errors(definition: TaskDefinition) -> list[checks.Error]:
+    """Return the mistakes of a task that enqueues on django.tasks: a backend alias that TASKS
+    does not define. (Firings never set ``run_after``: any backend can take them.)"""
+    if definition.engine != engines.DJANGO_TASKS:
+        return []
+    alias = engines.backend_alias(definition.func)
+    configured = engines.task_backends().settings
+    if alias in configured:
+        return []
+    return [
+        checks.Error(
+            f"Task {_label(definition)} enqueues on the django.tasks backend {alias!r}, which "
+            "is not in TASKS.",
+            hint=f"Add {alias!r} to TASKS, or give @task(backend=...) one of "
+            f"{', '.join(map(repr, configured)) or 'the TASKS aliases'}.",
+            obj=definition.origin,
+            id="django_scheduling.E010",
+        )
+    ]
+
+
+@checks.register("django_scheduling")
+def check_engines(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Warn about scheduled django.tasks Tasks whose backend runs them in the scheduler's
+    process (ImmediateBackend) or never (DummyBackend)."""
+    warnings: list[checks.CheckMessage] = []
+    for definition in registry:
+        if definition.error or definition.engine != engines.DJANGO_TASKS:
+            continue
+        alias = engines.backend_alias(definition.func)
+        if alias not in engines.task_backends().settings:
+            continue  # check_tasks reports it
+        backend = engines.task_backends()[alias]
+        kinds = {klass.__name__ for klass in type(backend).__mro__}
+        if "ImmediateBackend" in kinds:
+            warnings.append(
+                checks.Warning(
+                    f"Task {_label(definition)} enqueues on the backend {alias!r} "
+                    f"({type(backend).__name__}), which runs it at once inside the "
+                    "scheduler's process.",
+                    hint="Point the task at a backend with workers (e.g. "
+                    "django_tasks_db.DatabaseBackend), or drop @task to run it in the "
+                    "scheduler's pool on purpose.",
+                    obj=definition.origin,
+                    id="django_scheduling.W010",
+                )
+            )
+        elif "DummyBackend" in kinds:
+            warnings.append(
+                checks.Warning(
+                    f"Task {_label(definition)} enqueues on the backend {alias!r} "
+                    f"({type(backend).__name__}), which never runs it.",
+                    hint="Point the task at a backend with workers (e.g. "
+                    "django_tasks_db.DatabaseBackend).",
+                    obj=definition.origin,
+                    id="django_scheduling.W011",
+                )
+            )
+    return warnings
 
 
 def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error]:

@@ -24,11 +24,17 @@ The path of one firing of a locked task, top to bottom:
 
 A task with ``lock=False`` runs on every instance and keeps its schedule in memory. Every
 next fire time comes from ``_next()``.
+
+A django.tasks ``Task`` or a Celery task takes ``run``, one firing at a time: ``_enqueue``
+takes the place of ``_execute``'s call and enqueues the task, in the transaction of the claim
+when the engine writes to the scheduler's database (``engines.commits_with``), right after it
+otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
@@ -42,7 +48,7 @@ from typing import Any, cast
 from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone, translation
 
-from . import history, signals, state
+from . import engines, history, signals, state
 from .clock import utcnow
 from .conf import SchedulingSettings
 from .context import current_fire_time, firing_context
@@ -327,36 +333,13 @@ class TaskRunner:
         """Take the run (claim or request), call the task and record its end; return whether
         it ran (not when another instance took the firing first) and the run's id (``None``
         with the history off)."""
-        fire_time, request = decision.fire_time, decision.request
+        if spec.definition.engine is not None:
+            return self._enqueue(spec, decision, row, held)
+        fire_time = decision.fire_time
         started = self.clock()
-        locked_at = held.lock.locked_at if held is not None and held.lock is not None else None
-        run_id = self._record_start(spec, fire_time, started, request, locked_at)
-        planned: datetime | None = None
-        seen = row.state.last_fire_time if row is not None else None
+        run_id = self._record_start(spec, fire_time, started, decision.request, _locked_at(held))
         try:
-            if decision.claim:
-                assert fire_time is not None
-                planned = self._wake(
-                    spec,
-                    spec.trigger.next_fire_time(
-                        now=started, state=replace(spec.state, last_fire_time=fire_time)
-                    ),
-                )
-                taken = state.claim(
-                    spec.name,
-                    fire_time,
-                    using=self.using,
-                    trigger=spec.described,
-                    run_id=run_id,
-                    next_fire_time=planned,
-                )
-                seen = fire_time
-            elif request is not None and request.recover_run_id is not None:
-                taken = state.take_recovery(spec.name, request.recover_run_id, using=self.using)
-            elif request is not None and request.requested_at is not None:
-                taken = state.take_run_request(spec.name, request.requested_at, using=self.using)
-            else:
-                taken = True
+            taken, planned, seen = self._take(spec, decision, row, started, run_id)
         except DatabaseError:
             self._forget_start(run_id)
             raise
@@ -370,6 +353,175 @@ class TaskRunner:
         self._record_end(spec, run_id, status, started, finished, error, planned, seen)
         self._signal_end(spec, fire_time, run_id, duration, exc)
         return True, run_id
+
+    def _take(
+        self,
+        spec: TaskSpec,
+        decision: Run,
+        row: state.TaskRow | None,
+        started: datetime,
+        run_id: int | None,
+    ) -> tuple[bool, datetime | None, datetime | None]:
+        """Take the run: claim its fire time, or take its request; return whether it was
+        taken, the planned next fire time (of a claim) and the fire time the row now holds."""
+        fire_time, request = decision.fire_time, decision.request
+        planned: datetime | None = None
+        seen = row.state.last_fire_time if row is not None else None
+        if decision.claim:
+            assert fire_time is not None
+            planned = self._wake(
+                spec,
+                spec.trigger.next_fire_time(
+                    now=started, state=replace(spec.state, last_fire_time=fire_time)
+                ),
+            )
+            taken = state.claim(
+                spec.name,
+                fire_time,
+                using=self.using,
+                trigger=spec.described,
+                run_id=run_id,
+                next_fire_time=planned,
+            )
+            seen = fire_time
+        elif request is not None and request.recover_run_id is not None:
+            taken = state.take_recovery(spec.name, request.recover_run_id, using=self.using)
+        elif request is not None and request.requested_at is not None:
+            taken = state.take_run_request(spec.name, request.requested_at, using=self.using)
+        else:
+            taken = True
+        return taken, planned, seen
+
+    def _enqueue(
+        self, spec: TaskSpec, decision: Run, row: state.TaskRow | None, held: KeptAliveLock | None
+    ) -> tuple[bool, int | None]:
+        """Take the run and hand the task to its engine instead of calling it; return whether
+        it was taken, and the run's id.
+
+        With a django.tasks database backend on the scheduler's database, the run's record,
+        the claim and the enqueue commit in one transaction: exactly once. Any other backend
+        is enqueued right after the claim commits: a crash between the two loses that fire
+        time (its run, left "running", is later marked lost). A failed enqueue is a failed run;
+        the task fires again at its next fire time.
+        """
+        definition = spec.definition
+        assert definition.engine is not None
+        together = engines.commits_with(definition.func, definition.engine, self.using)
+        fire_time = decision.fire_time
+        started = self.clock()
+        with transaction.atomic(using=self.using) if together else contextlib.nullcontext():
+            run_id = self._record_start(
+                spec, fire_time, started, decision.request, _locked_at(held)
+            )
+            try:
+                taken, planned, seen = self._take(spec, decision, row, started, run_id)
+            except DatabaseError:
+                if not together:  # else the transaction's rollback removes the record
+                    self._forget_start(run_id)
+                raise
+            if not taken:
+                if together:
+                    transaction.set_rollback(True, using=self.using)
+                else:
+                    self._forget_start(run_id)
+                self._count_skip(spec, fire_time, "already run")
+                return False, None
+            if decision.claim:
+                spec.state = replace(spec.state, last_fire_time=fire_time)
+            if together:
+                handed = self._hand_over(spec, fire_time, started, savepoint=True)
+                if run_id is not None:
+                    history.record_end(
+                        using=self.using,
+                        run_id=run_id,
+                        status=handed.status,
+                        started=started,
+                        finished=handed.finished,
+                        error=handed.error,
+                        backend=handed.backend,
+                        result_id=handed.result_id,
+                    )
+        if not together:
+            handed = self._hand_over(spec, fire_time, started, savepoint=False)
+        spec.state = replace(spec.state, last_finished=handed.finished)
+        self._record_end(
+            spec,
+            run_id,
+            handed.status,
+            started,
+            handed.finished,
+            handed.error,
+            planned,
+            seen,
+            backend=handed.backend,
+            result_id=handed.result_id,
+            run_recorded=together,
+        )
+        if handed.exc is not None:
+            duration = handed.finished - started
+            self._signal_end(spec, fire_time, run_id, duration, handed.exc)
+        return True, run_id
+
+    def _hand_over(
+        self, spec: TaskSpec, fire_time: datetime | None, started: datetime, *, savepoint: bool
+    ) -> _HandedOver:
+        """Enqueue one call of the task on its engine; never raise but a database error
+        inside the caller's transaction (*savepoint*: the enqueue writes in it)."""
+        definition = spec.definition
+        assert definition.engine is not None
+        backend = engines.backend_name(definition.func, definition.engine)
+        expires = self._expires(spec, fire_time, started)
+        try:
+            with transaction.atomic(using=self.using) if savepoint else contextlib.nullcontext():
+                enqueued = engines.enqueue(
+                    definition.func,
+                    definition.engine,
+                    definition.args,
+                    definition.kwargs,
+                    expires=expires,
+                )
+        except Exception as exc:  # the broker is down, the arguments do not serialize, ...
+            logger.exception(
+                "Could not enqueue %s (scheduled for %s) on %s; it fires again at its next "
+                "fire time",
+                spec.name,
+                _when(fire_time),
+                backend,
+            )
+            error = (
+                f"{type(exc).__module__}.{type(exc).__qualname__}",
+                str(exc),
+                traceback.format_exc(),
+            )
+            return _HandedOver(RunStatus.FAILED, self.clock(), backend, "", error, exc)
+        logger.info(
+            "Enqueued %s (scheduled for %s) on %s as %s",
+            spec.name,
+            _when(fire_time),
+            enqueued.backend,
+            enqueued.result_id,
+        )
+        return _HandedOver(
+            RunStatus.ENQUEUED, self.clock(), enqueued.backend, enqueued.result_id, ("", "", "")
+        )
+
+    def _expires(
+        self, spec: TaskSpec, fire_time: datetime | None, started: datetime
+    ) -> datetime | None:
+        """Return when a Celery message of this firing expires: ``expires=`` after the fire
+        time, else at the task's next fire time (a message still waiting then is dropped by
+        the worker, which runs the next one instead); never for fixed-delay tasks and manual
+        runs without ``expires=``."""
+        expires = spec.definition.expires
+        if spec.definition.engine != engines.CELERY or expires is False:
+            return None
+        if isinstance(expires, timedelta):
+            return (fire_time or started) + expires
+        if fire_time is None or spec.trigger.kind == "fixed_delay":
+            return None
+        return spec.trigger.next_fire_time(
+            now=started, state=replace(spec.state, last_fire_time=fire_time)
+        )
 
     def _call_noted(
         self, spec: TaskSpec, fire_time: datetime | None, run_id: int | None, held: Any
@@ -419,7 +571,7 @@ class TaskRunner:
         try:
             # In a copy of this thread's context: what the task sets in context variables
             # (Django's active translation and time zone among them) ends with its run.
-            contextvars.copy_context().run(_invoke, definition.func, spec.is_async, fire_time)
+            contextvars.copy_context().run(_invoke, definition, spec.is_async, fire_time)
         except (Exception, SystemExit) as exc:  # sys.exit() in a task fails that run only
             duration = timedelta(seconds=time.perf_counter() - begun)
             logger.exception("Task %s failed after %s", spec.name, _ms(duration))
@@ -443,6 +595,7 @@ class TaskRunner:
         spec: TaskSpec = entry.payload
         return (
             self.writer is not None
+            and spec.definition.engine is None  # enqueued one at a time: see _enqueue()
             and spec.lock_config is not None
             and isinstance(firing, datetime)
             and hasattr(self.provider, "lock_many")
@@ -799,9 +952,14 @@ class TaskRunner:
         error: tuple[str, str, str],
         planned: datetime | None,
         seen: datetime | None,
+        *,
+        backend: str = "",
+        result_id: str = "",
+        run_recorded: bool = False,
     ) -> None:
-        """Record the end of a run: its history row, and the task row when the claim did not
-        say it all. A database error keeps both in the outbox: the run happened."""
+        """Record the end of a run: its history row (unless *run_recorded*), and the task row
+        when the claim did not say it all. A database error keeps both in the outbox: the run
+        happened."""
         next_time = self._next(spec)
         # A claim already stored the run and the planned next fire time; only a fixed-delay
         # task (whose next start depends on this finish), a run that overran its next fire
@@ -811,7 +969,7 @@ class TaskRunner:
         locked = spec.lock_config is not None
 
         def write() -> None:
-            if run_id is not None:
+            if run_id is not None and not run_recorded:
                 history.record_end(
                     using=self.using,
                     run_id=run_id,
@@ -819,6 +977,8 @@ class TaskRunner:
                     started=started,
                     finished=finished,
                     error=error,
+                    backend=backend,
+                    result_id=result_id,
                 )
             if write_row and not state.record_finish(
                 spec.name,
@@ -1087,12 +1247,30 @@ class TaskRunner:
         history.mark_interrupted(using=self.using, run_ids=run_ids, now=self.clock())
 
 
-def _invoke(func: Any, is_async: bool, fire_time: datetime | None) -> None:
+def _invoke(definition: TaskDefinition, is_async: bool, fire_time: datetime | None) -> None:
+    func, args, kwargs = definition.func, definition.args, definition.kwargs
     with firing_context(fire_time):
         if is_async:
-            asyncio.run(func())
+            asyncio.run(func(*args, **kwargs))
         else:
-            func()
+            func(*args, **kwargs)
+
+
+def _locked_at(held: KeptAliveLock | None) -> datetime | None:
+    return held.lock.locked_at if held is not None and held.lock is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class _HandedOver:
+    """What became of one enqueue: the run's status, when it ended, the backend, the result
+    id, and the error (type, message, traceback) and exception of a failed one."""
+
+    status: RunStatus
+    finished: datetime
+    backend: str
+    result_id: str
+    error: tuple[str, str, str]
+    exc: Exception | None = None
 
 
 def _send(signal: Any, sender: str, **kwargs: Any) -> None:

@@ -214,8 +214,11 @@ def record_end(
     finished: datetime,
     error: tuple[str, str, str] = ("", "", ""),
     lock_lost: bool = False,
+    backend: str = "",
+    result_id: str = "",
 ) -> None:
-    """Record how a run ended; *error* is (exception type, message, traceback).
+    """Record how a run ended; *error* is (exception type, message, traceback). An enqueued
+    run names the engine's *backend* and the *result_id* it gave.
 
     A run that housekeeping marked lost while it was in fact still running (its process was
     frozen, or cut off from the database) gets its real outcome here.
@@ -228,6 +231,9 @@ def record_end(
         "error_message": error[1],
         "traceback": error[2],
     }
+    if backend:
+        changes["backend"] = backend[:100]
+        changes["result_id"] = result_id[:255]
     if lock_lost:  # never cleared: the flag may have been set while the run went on
         changes["lock_lost"] = True
     TaskRun.objects.using(using).filter(pk=run_id).update(**changes)

@@ -107,6 +107,8 @@ class RunStatus(models.TextChoices):
     INTERRUPTED = "interrupted", _("interrupted by shutdown")
     REJECTED = "rejected", _("rejected by the pool")
     LOST = "lost", _("lost (ended without a finish)")
+    #: Handed to a task engine (django.tasks, Celery), whose workers run it.
+    ENQUEUED = "enqueued", _("enqueued")
 
 
 class TaskRun(models.Model):
@@ -143,6 +145,21 @@ class TaskRun(models.Model):
         help_text=_(
             "When the lock this run held was taken (by the lock's clock); empty without a lock."
         ),
+    )
+    backend = models.CharField(
+        _("backend"),
+        max_length=100,
+        blank=True,
+        # Set in the database too: runs are also inserted in bulk, by raw SQL.
+        db_default="",
+        help_text=_("The task engine's backend that the run was enqueued on; empty otherwise."),
+    )
+    result_id = models.CharField(
+        _("result id"),
+        max_length=255,
+        blank=True,
+        db_default="",
+        help_text=_("The id of the enqueued run's result on its backend."),
     )
     recovery_of = models.ForeignKey(
         "self",

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, tzinfo
 from types import FunctionType
 from typing import Any, TypeVar
 
+from . import engines
 from .conf import NAME_LENGTH
 from .durations import DurationLike, parse_duration
 from .triggers import DEFAULT_MISFIRE_THRESHOLD, MissedRuns, Trigger, make_trigger, trigger_key
@@ -28,10 +29,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True, slots=True)
 class TaskDefinition:
-    """A task as declared in code: the function, its trigger options and its lock options."""
+    """A task as declared in code: the function (or the django.tasks / Celery task that each
+    firing enqueues), its trigger options and its lock options."""
 
     name: str
-    func: Callable[[], Any]
+    func: Any
     #: The trigger's options as declared; one dict is shared by the tasks declared alike, so
     #: it is read, never changed.
     trigger_options: dict[str, Any] = field(hash=False)
@@ -44,14 +46,22 @@ class TaskDefinition:
     recover: bool = False
     #: Delay each firing by a deterministic offset in [0, jitter); None: the setting's JITTER.
     jitter: timedelta | None = None
+    #: The arguments of each call (or enqueue).
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    #: ``engines.DJANGO_TASKS`` or ``engines.CELERY`` when each firing enqueues *func*.
+    engine: str | None = None
+    #: Celery only: how long a message may wait for a worker; None: until the next fire time;
+    #: False: forever.
+    expires: timedelta | bool | None = None
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
+        return self.engine is None and inspect.iscoroutinefunction(self.func)
 
     @property
     def origin(self) -> str:
-        return f"{self.func.__module__}.{self.func.__qualname__}"
+        return _origin(self.func, self.engine)
 
     def trigger(
         self, default_zone: tzinfo, misfire_threshold: timedelta = DEFAULT_MISFIRE_THRESHOLD
@@ -67,14 +77,28 @@ class TaskDefinition:
         )
 
 
-def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> TaskDefinition:
+def _origin(func: Any, engine: str | None) -> str:
+    """Return the dotted path of the function behind *func* (a task object's own class lives
+    in ``django.tasks.base`` or ``celery.local``, which says nothing of the task)."""
+    function = engines.function_of(func, engine)
+    if function is None:
+        return f"{engine} task {getattr(func, 'name', '?')}"
+    return f"{function.__module__}.{function.__qualname__}"
+
+
+def _definition(func: Any, name: str | None, **options: Any) -> TaskDefinition:
+    engine = engines.engine_of(func)
+    args, kwargs, expires = options.pop("args"), options.pop("kwargs"), options.pop("expires")
     lock = options.pop("lock")
     recover = options.pop("recover")
     jitter = options.pop("jitter")
     most, least = options.pop("lock_at_most_for"), options.pop("lock_at_least_for")
     trigger_options = _shared({key: value for key, value in options.items() if value is not None})
-    task_name = name if name is not None else f"{func.__module__}.{func.__qualname__}"
+    task_name = name if name is not None else _origin(func, engine)
+    calls: dict[str, Any] = {"engine": engine}
     try:
+        if engine is None and not callable(func):
+            raise _Invalid("function", f"{func!r} is not callable")
         if not isinstance(task_name, str) or not task_name.strip():
             raise _Invalid("name", f"task name {task_name!r} is empty; give name='...'")
         if len(task_name) > NAME_LENGTH:
@@ -119,20 +143,85 @@ def _definition(func: Callable[[], Any], name: str | None, **options: Any) -> Ta
                 f"lock_at_least_for ({least!r}) exceeds lock_at_most_for ({most!r}); "
                 "lower lock_at_least_for",
             )
+        calls.update(_calls(func, engine, args, kwargs, expires))
+    except _Invalid as exc:
+        return TaskDefinition(
+            task_name,
+            func,
+            trigger_options,
+            lock,
+            error=exc.message,
+            error_field=exc.field,
+            engine=engine,
+        )
+    return TaskDefinition(
+        task_name,
+        func,
+        trigger_options,
+        lock,
+        most_td,
+        least_td,
+        recover=recover,
+        jitter=jitter_td,
+        **calls,
+    )
+
+
+def _calls(
+    func: Any,
+    engine: str | None,
+    args: Any,
+    kwargs: Any,
+    expires: DurationLike | bool | None,
+) -> dict[str, Any]:
+    """Check the arguments of each call and ``expires=``; return them as the definition's."""
+    if not isinstance(args, tuple | list):
+        raise _Invalid("function", f"args={args!r} must be a tuple or a list")
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, Mapping) or not all(isinstance(key, str) for key in kwargs):
+        raise _Invalid("function", f"kwargs={kwargs!r} must be a dict with string keys")
+    if engine == engines.CELERY or getattr(func, "takes_context", False):
+        # The engine passes the task (bind=True) or its context first: nothing to compare.
+        function = None
+    else:
+        function = engines.function_of(func, engine)
+    if engine is None and not args and not kwargs:
         required = _required_parameters(func)
         if required:
             raise _Invalid(
                 "function",
                 f"the function needs the argument(s) {', '.join(required)}, but a task is "
-                "called with none",
+                "called with none; give them with args=(...) or kwargs={...}",
             )
-    except _Invalid as exc:
-        return TaskDefinition(
-            task_name, func, trigger_options, lock, error=exc.message, error_field=exc.field
-        )
-    return TaskDefinition(
-        task_name, func, trigger_options, lock, most_td, least_td, recover=recover, jitter=jitter_td
-    )
+    elif function is not None:
+        try:
+            inspect.signature(function).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise _Invalid(
+                "function",
+                f"args={tuple(args)!r} and kwargs={dict(kwargs)!r} do not fit the function "
+                f"{function.__qualname__}: {exc}",
+            ) from None
+        except ValueError:  # some built-ins have no signature to read
+            pass
+    expires_td: timedelta | bool | None = None
+    if expires is not None and expires is not False:
+        if engine != engines.CELERY:
+            raise _Invalid(
+                "function",
+                f"expires={expires!r} applies to Celery tasks only; drop it (django.tasks has "
+                "no expiry)",
+            )
+        if expires is True:
+            raise _Invalid("function", "expires=True is not a duration; give e.g. expires='5m'")
+        try:
+            expires_td = parse_duration(expires, name="expires", allow_zero=False)
+        except ValueError as exc:
+            raise _Invalid("function", str(exc)) from None
+    elif expires is False:
+        expires_td = False
+    return {"args": tuple(args), "kwargs": dict(kwargs), "expires": expires_td}
 
 
 #: The trigger options of the tasks declared so far, one dict per distinct set.
@@ -199,7 +288,7 @@ class TaskRegistry:
 
     def add(
         self,
-        func: Callable[[], Any],
+        func: Any,
         *,
         cron: str | None = None,
         zone: str | tzinfo | None = None,
@@ -214,6 +303,9 @@ class TaskRegistry:
         lock_at_least_for: DurationLike | None = None,
         recover: bool = False,
         jitter: DurationLike | None = None,
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        expires: DurationLike | bool | None = None,
     ) -> TaskDefinition:
         """Record *func* as a task and return its definition."""
         definition = _definition(
@@ -231,9 +323,18 @@ class TaskRegistry:
             lock_at_least_for=lock_at_least_for,
             recover=recover,
             jitter=jitter,
+            args=args,
+            kwargs=kwargs,
+            expires=expires,
         )
         existing = self._tasks.get(definition.name)
-        if existing is not None and existing.origin != definition.origin:
+        # The same name from another function, or twice on one function with other options
+        # (two @scheduled lines without distinct names); the same declaration again (a module
+        # imported once more) replaces its definition.
+        if existing is not None and (
+            existing.origin != definition.origin
+            or (existing.func is definition.func and existing != definition)
+        ):
             self.duplicates.append((existing, definition))
         else:
             self._tasks[definition.name] = definition
@@ -280,11 +381,19 @@ def scheduled(
     lock_at_least_for: DurationLike | None = None,
     recover: bool = False,
     jitter: DurationLike | None = None,
+    args: tuple[Any, ...] | list[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    expires: DurationLike | bool | None = None,
 ) -> Callable[[F], F]:
     """Declare the decorated function a scheduled task and return it unchanged.
 
     Give exactly one trigger: ``cron=`` (with an optional ``zone=``), ``fixed_rate=``,
     ``fixed_delay=`` (both with an optional ``initial_delay=``) or ``at=`` (one shot).
+    ``args=`` and ``kwargs=`` are the arguments of each call. On a django.tasks ``Task`` or a
+    Celery task, each firing enqueues the task instead of calling it; ``expires=`` (Celery
+    only) bounds how long its message may wait for a worker: by default until the task's next
+    fire time, ``False`` for ever. Several ``@scheduled`` lines with distinct ``name=`` give
+    one callable several schedules.
     """
 
     def decorate(func: F) -> F:
@@ -303,6 +412,9 @@ def scheduled(
             lock_at_least_for=lock_at_least_for,
             recover=recover,
             jitter=jitter,
+            args=args,
+            kwargs=kwargs,
+            expires=expires,
         )
         return func
 

@@ -4,8 +4,10 @@ Every value has a default that runs on SQLite with nothing else installed. Set `
 (e.g. ``mysql://user:password@127.0.0.1:3306/example``) to use another database.
 """
 
+from importlib.util import find_spec
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -31,6 +33,15 @@ INSTALLED_APPS = [
     "django_scheduling",
     "example_app",
 ]
+
+# Django's Tasks framework with its database backend (django-tasks-db; on Django 5.2 the
+# django-tasks backport), installed by the "example" extra: example_app.tasks.send_digest is
+# enqueued there, in the same SQLite file, and `manage.py db_worker` runs it. No other server.
+if find_spec("django_tasks_db") and (django.VERSION >= (6, 0) or find_spec("django_tasks")):
+    if django.VERSION < (6, 0):
+        INSTALLED_APPS.append("django_tasks")
+    INSTALLED_APPS.append("django_tasks_db")
+    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

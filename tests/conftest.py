@@ -3,11 +3,15 @@
 The suite runs once per database (``scripts/test`` runs the nox sessions); a test marked
 ``@pytest.mark.vendor("mysql")`` runs in the MariaDB session and is listed as deselected (never
 skipped) in the others. A test marked ``@pytest.mark.secondary_database`` runs only when
-``SECONDARY_DATABASE_URL`` configures the alias ``secondary``.
+``SECONDARY_DATABASE_URL`` configures the alias ``secondary``. A test marked
+``@pytest.mark.sessions("6.1", "5.2/sqlite")`` runs only in those sessions of the matrix (a
+Django version, optionally with a database) and is deselected in the others; with
+``TEST_ENGINES_FULL=1`` it runs everywhere.
 """
 
 import os
 
+import django
 import pytest
 
 VENDORS = {"mysql", "postgresql", "sqlite"}
@@ -35,7 +39,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
         wrong_vendor = marker is not None and vendor not in marker.args
         no_secondary = item.get_closest_marker("secondary_database") is not None and not secondary
-        (drop if wrong_vendor or no_secondary else keep).append(item)
+        sessions = item.get_closest_marker("sessions")
+        other_session = sessions is not None and not _in_sessions(sessions.args, vendor)
+        (drop if wrong_vendor or no_secondary or other_session else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _in_sessions(sessions: tuple[str, ...], vendor: str) -> bool:
+    if os.environ.get("TEST_ENGINES_FULL"):
+        return True
+    version = "{}.{}".format(*django.VERSION[:2])
+    for session in sessions:
+        wanted, _, database = session.partition("/")
+        if wanted == version and database in ("", vendor):
+            return True
+    return False

@@ -152,4 +152,31 @@ def poll(predicate, timeout: float = 60.0, interval: float = 0.1, message: str =
         time.sleep(interval)
 
 
-__all__ = ["Process", "database_url", "manage", "poll", "process_env", "skewed"]
+def db_worker(env: dict[str, str]) -> Process:
+    """Start django-tasks-db's worker on every queue, polling often; wait until it runs."""
+    args = ["db_worker", "--no-reload", "--no-startup-delay", "--queue-name", "*"]
+    process = manage(*args, "--interval", "0.1", env=env)
+    process.wait_for("Starting worker")
+    return process
+
+
+def celery_worker(name: str, queue: str, env: dict[str, str]) -> Process:
+    """Start a Celery worker of tests/engines_celery.py on *queue*; wait until it is ready."""
+    args = [sys.executable, "-m", "celery", "-A", "tests.engines_celery", "worker"]
+    args += ["-P", "threads", "-c", "2", "-Q", queue, "-n", f"{name}@%h", "-l", "info"]
+    args += ["--without-heartbeat", "--without-gossip", "--without-mingle"]
+    process = Process(args, env)
+    process.wait_for("ready.")
+    return process
+
+
+__all__ = [
+    "Process",
+    "celery_worker",
+    "database_url",
+    "db_worker",
+    "manage",
+    "poll",
+    "process_env",
+    "skewed",
+]

@@ -6,8 +6,10 @@ runs the suite through nox on SQLite, MariaDB and PostgreSQL.
 """
 
 import os
+from importlib.util import find_spec
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -85,6 +87,21 @@ if os.environ.get("SECONDARY_DATABASE_URL"):
     DATABASES["secondary"] = _database(
         "SECONDARY_DATABASE_URL", f"test_scheduling_secondary_{os.getpid()}"
     )
+
+# The task engines of tests/test_engines*.py, where installed (nox installs them): django.tasks
+# (Django 6; the django-tasks backport on 5.2) with django-tasks-db's DatabaseBackend, which
+# keeps its table on "default".
+if find_spec("django_tasks_db") is not None:
+    if django.VERSION < (6, 0):
+        INSTALLED_APPS.append("django_tasks")
+    INSTALLED_APPS.append("django_tasks_db")
+    TASKS = {
+        "default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": []},
+        "immediate": {
+            "BACKEND": f"{'django.tasks' if django.VERSION >= (6, 0) else 'django_tasks'}"
+            ".backends.immediate.ImmediateBackend"
+        },
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 SCHEDULING = {

@@ -1,0 +1,186 @@
+"""Enqueue firings on a task engine: Django's Tasks framework (or its ``django-tasks`` backport)
+and Celery.
+
+``@scheduled`` on a django.tasks ``Task`` or a Celery task records the engine in the task's
+definition; each firing then enqueues the task (``task.enqueue()``, ``task.apply_async()``)
+instead of calling it. Telling a task's engine imports no engine that the project has not
+imported itself: a task object can only exist once its engine's module is loaded.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "CELERY",
+    "DJANGO_TASKS",
+    "Enqueued",
+    "engine_of",
+    "function_of",
+    "enqueue",
+    "backend_name",
+    "commits_with",
+    "outcome",
+]
+
+logger = logging.getLogger(__name__)
+
+DJANGO_TASKS = "django.tasks"
+CELERY = "celery"
+
+#: The modules that define a django.tasks ``Task``: Django 6, then the backport (Django 5.2).
+_TASK_MODULES = ("django.tasks.base", "django_tasks.base")
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """A firing handed to an engine: the backend that took it and the id of its result."""
+
+    backend: str
+    result_id: str
+
+
+def engine_of(obj: object) -> str | None:
+    """Return the engine of *obj* (``DJANGO_TASKS``, ``CELERY``) or ``None`` for a plain callable.
+
+    Only ``type(obj)`` is looked at: a Celery proxy (``@shared_task``, ``@app.task`` before the
+    app is finalized) must not be evaluated at import time, which would bind it to whatever
+    Celery app is current, or create Celery's default app.
+    """
+    kind = type(obj)
+    for name in _TASK_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and issubclass(kind, module.Task):
+            return DJANGO_TASKS
+    if "celery" in sys.modules:
+        from celery.app.task import Task as CeleryTask
+        from celery.local import Proxy
+
+        if issubclass(kind, CeleryTask | Proxy):
+            return CELERY
+    return None
+
+
+def function_of(obj: Any, engine: str | None) -> Callable[..., Any] | None:
+    """Return the function that the task *obj* of *engine* runs, without evaluating a Celery
+    proxy; ``None`` when it cannot be told."""
+    if engine is None:
+        return obj if callable(obj) else None
+    if engine == DJANGO_TASKS:
+        return obj.func
+    from celery.local import PromiseProxy, Proxy
+
+    if issubclass(type(obj), PromiseProxy) and obj.__evaluated__():
+        obj = obj._get_current_object()  # evaluated once already: no side effect
+    if not issubclass(type(obj), Proxy):
+        found = getattr(obj, "__wrapped__", None) or getattr(obj, "run", None)
+        found = getattr(found, "__func__", found)  # bind=True: a method of the task
+        return found if inspect.isfunction(found) else None
+    # @app.task: PromiseProxy(app._task_from_fun, (fun,), options).
+    args = object.__getattribute__(obj, "_Proxy__args")
+    if args and inspect.isfunction(args[0]):
+        return args[0]
+    # @shared_task: Proxy(task_by_cons), a closure over the function.
+    local = object.__getattribute__(obj, "_Proxy__local")
+    try:
+        found = inspect.getclosurevars(local).nonlocals.get("fun")
+    except TypeError:
+        return None
+    return found if inspect.isfunction(found) else None
+
+
+def backend_alias(task: Any) -> str:
+    """Return the TASKS alias of the django.tasks *task*."""
+    return str(task.backend)
+
+
+def backend_name(obj: Any, engine: str) -> str:
+    """Return the name under which the history records the backend of the task *obj*."""
+    return f"{DJANGO_TASKS}:{backend_alias(obj)}" if engine == DJANGO_TASKS else CELERY
+
+
+def task_backends() -> Any:
+    """Return django.tasks' ``task_backends`` (Django 6) or the backport's (Django 5.2)."""
+    try:
+        from django.tasks import task_backends as handler
+    except ImportError:
+        from django_tasks import task_backends as handler  # type: ignore[assignment]
+    return handler
+
+
+def commits_with(obj: Any, engine: str | None, using: str) -> bool:
+    """Return whether enqueuing *obj* writes to the database *using*, inside the transaction
+    open there: a django.tasks database backend (``django_tasks_db``) whose table the router
+    puts on that alias."""
+    if engine != DJANGO_TASKS:
+        return False
+    module = sys.modules.get("django_tasks_db.backend")
+    if module is None:
+        return False
+    from django.db import router
+
+    backend = task_backends()[backend_alias(obj)]
+    if not isinstance(backend, module.DatabaseBackend):
+        return False
+    from django_tasks_db.models import DBTaskResult
+
+    return bool(router.db_for_write(DBTaskResult) == using)
+
+
+def enqueue(
+    obj: Any,
+    engine: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    expires: datetime | None = None,
+) -> Enqueued:
+    """Enqueue one call of the task *obj* on its engine and return where it went.
+
+    *expires* (Celery only): a worker that receives the message after it drops the message.
+    """
+    if engine == DJANGO_TASKS:
+        result = obj.enqueue(*args, **kwargs)
+        return Enqueued(backend_name(obj, engine), str(result.id))
+    options: dict[str, Any] = {}
+    if expires is not None:
+        options["expires"] = expires
+    async_result = obj.apply_async(list(args), dict(kwargs), **options)
+    return Enqueued(CELERY, str(async_result.id))
+
+
+def outcome(backend: str, result_id: str) -> str:
+    """Return what the engine *backend* says of the result *result_id*, for the admin.
+
+    Never raises: an engine that cannot tell, or fails to answer, is said so.
+    """
+    try:
+        if backend.startswith(f"{DJANGO_TASKS}:"):
+            alias = backend.split(":", 1)[1]
+            handler = task_backends()
+            if alias not in handler.settings:
+                return f"outcome unknown: no backend {alias!r} in TASKS"
+            engine_backend = handler[alias]
+            if not engine_backend.supports_get_result:
+                return f"outcome not reported by backend {backend}"
+            return str(engine_backend.get_result(result_id).status).lower()
+        if backend == CELERY:
+            if "celery" not in sys.modules:
+                return "outcome unknown: Celery is not loaded in this process"
+            from celery import current_app
+            from celery.backends.base import DisabledBackend
+
+            if isinstance(current_app.backend, DisabledBackend):
+                return f"outcome not reported by backend {backend} (no result backend)"
+            state = current_app.AsyncResult(result_id).state
+            return "pending (or unknown to the result backend)" if state == "PENDING" else state
+    except Exception as exc:
+        logger.warning("Could not read the outcome of %s on %s: %s", result_id, backend, exc)
+        return f"outcome unknown: {type(exc).__name__}: {exc}"
+    return f"outcome not reported by backend {backend}"

@@ -1,0 +1,330 @@
+"""Firings that enqueue on a task engine: django.tasks with django-tasks-db (the backport on
+Django 5.2), and Celery on a real Redis server (``TEST_REDIS_URL``, ``scripts/redis-test-server``).
+
+One firing goes through the real runner, lock provider and database, as in test_execution.py;
+the engines are real: their rows, messages and result backends are read back. The processes
+(schedulers and workers) are in test_engines_processes.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from datetime import UTC, datetime, timedelta
+
+import redis
+from celery import Celery
+from django.contrib.auth.models import User
+from django.core import checks
+from django.db import connection
+from django.test import TransactionTestCase, override_settings
+from django.urls import reverse
+from django_tasks_db.models import DBTaskResult
+
+from django_scheduling import engines
+from django_scheduling.checks import check_engines, task_errors
+from django_scheduling.conf import get_settings
+from django_scheduling.execution import TaskRunner
+from django_scheduling.locking import DatabaseLockProvider
+from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
+from django_scheduling.registry import TaskRegistry
+from django_scheduling.scheduler import Entry, RunRequest
+from tests.engines_celery import REDIS_URL
+from tests.engines_celery import app as celery_app
+from tests.testapp import engine_tasks
+from tests.testapp.engine_tasks import celery_record, immediate_record, tasks_record
+
+try:
+    from django.tasks.signals import task_enqueued
+except ImportError:  # Django 5.2: the backport
+    from django_tasks.signals import task_enqueued  # type: ignore[no-redef]
+
+T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
+
+
+def make_runner(name, now):
+    conf = dataclasses.replace(get_settings(), instance_name=name)
+    return TaskRunner(
+        conf=conf,
+        provider=DatabaseLockProvider(owner=name),
+        default_zone=UTC,
+        clock=lambda: now,
+    )
+
+
+def entry(runner, definition):
+    (spec,) = runner.specs([definition], complete=False)
+    return Entry(spec.name, spec)
+
+
+class DeclarationTests(TransactionTestCase):
+    def setUp(self):
+        self.registry = TaskRegistry()
+
+    def test_a_task_is_returned_unchanged_and_named_after_its_function(self):
+        from django_scheduling import registry as module
+
+        before = list(module.registry)
+        try:
+            returned = module.scheduled(fixed_rate="1m", kwargs={"name": "x"})(tasks_record)
+            self.assertIs(returned, tasks_record)
+            definition = module.registry.get("tests.testapp.engine_tasks.tasks_record")
+        finally:
+            module.registry._tasks.pop("tests.testapp.engine_tasks.tasks_record", None)
+        self.assertEqual(list(module.registry), before)
+        self.assertEqual(definition.engine, engines.DJANGO_TASKS)
+        self.assertEqual(definition.origin, "tests.testapp.engine_tasks.tasks_record")
+        self.assertEqual(definition.kwargs, {"name": "x"})
+        self.assertIsNone(definition.error)
+
+    def test_a_celery_task_is_detected_without_evaluating_its_proxy(self):
+        app = Celery("unfinalized", set_as_current=False)
+
+        @app.task
+        def refresh_feeds():
+            pass
+
+        definition = self.registry.add(refresh_feeds, fixed_rate="5m")
+        self.assertFalse(app.finalized)  # evaluating the proxy would have finalized the app
+        self.assertEqual(definition.engine, engines.CELERY)
+        self.assertEqual(
+            definition.name,
+            f"{__name__}.DeclarationTests."
+            "test_a_celery_task_is_detected_without_evaluating_its_proxy.<locals>.refresh_feeds",
+        )
+        shared = self.registry.add(celery_record, fixed_rate="5m", kwargs={"name": "x"})
+        self.assertEqual(shared.name, "tests.testapp.engine_tasks.celery_record")
+
+    def test_a_shared_task_is_named_after_its_function(self):
+        from celery import shared_task
+
+        @shared_task
+        def refresh_feeds():
+            pass
+
+        definition = self.registry.add(refresh_feeds, fixed_rate="5m")
+        self.assertEqual(definition.engine, engines.CELERY)
+        self.assertTrue(definition.name.endswith("<locals>.refresh_feeds"), definition.name)
+
+    def test_several_schedules_for_one_task_and_arguments_for_plain_functions(self):
+        def report(kind, *, dry_run=False):
+            pass
+
+        self.registry.add(tasks_record, cron="0 3 * * *", name="daily", kwargs={"name": "d"})
+        self.registry.add(tasks_record, fixed_rate="1h", name="hourly", kwargs={"name": "h"})
+        plain = self.registry.add(report, fixed_rate="1h", args=("full",), name="report")
+        self.assertEqual([d.name for d in self.registry], ["daily", "hourly", "report"])
+        self.assertEqual(task_errors(self.registry), [])
+        self.assertEqual((plain.args, plain.engine), (("full",), None))
+
+    def test_mistakes_are_reported_by_checks(self):
+        def report(kind):
+            pass
+
+        self.registry.add(tasks_record, fixed_rate="1h", name="same", kwargs={"name": "a"})
+        self.registry.add(tasks_record, fixed_rate="2h", name="same", kwargs={"name": "b"})
+        self.registry.add(report, fixed_rate="1h", kwargs={"other": 1}, name="wrong_arguments")
+        self.registry.add(tasks_record, fixed_rate="1h", expires="5m", name="tasks_expires")
+        self.registry.add(celery_record, fixed_rate="1h", expires="soon", name="bad_expires")
+        errors = {error.id: error.msg for error in task_errors(self.registry)}
+        self.assertEqual(
+            errors,
+            {
+                "django_scheduling.E002": "Two @scheduled lines on "
+                "tests.testapp.engine_tasks.tasks_record give the same name 'same'.",
+                "django_scheduling.E009": errors["django_scheduling.E009"],
+            },
+        )
+        messages = [error.msg for error in task_errors(self.registry)]
+        self.assertTrue(any("kwargs={'other': 1} do not fit the function" in m for m in messages))
+        self.assertTrue(any("expires='5m' applies to Celery tasks only" in m for m in messages))
+        self.assertTrue(any("expires" in m and "soon" in m for m in messages))
+
+    def test_a_backend_alias_missing_from_tasks_is_an_error(self):
+        self.registry.add(tasks_record, fixed_rate="1h", name="nightly", kwargs={"name": "n"})
+        tasks = {"other": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+        with override_settings(TASKS=tasks):
+            (error,) = task_errors(self.registry)
+        self.assertEqual(error.id, "django_scheduling.E010")
+        self.assertIn(
+            "enqueues on the django.tasks backend 'default', which is not in TASKS", error.msg
+        )
+        self.assertIn("'other'", error.hint)
+
+    def test_immediate_backend_gives_a_warning(self):
+        from django_scheduling import registry as module
+
+        module.scheduled(fixed_rate="1h", name="immediate", kwargs={"name": "i"})(immediate_record)
+        try:
+            (warning,) = check_engines()
+        finally:
+            module.registry._tasks.pop("immediate")
+        self.assertIsInstance(warning, checks.Warning)
+        self.assertEqual(warning.id, "django_scheduling.W010")
+        self.assertIn("runs it at once inside the scheduler's process", warning.msg)
+
+
+class DjangoTasksTests(TransactionTestCase):
+    """django.tasks with django-tasks-db on the scheduler's database: one transaction."""
+
+    def setUp(self):
+        self.registry = TaskRegistry()
+        self.definition = self.registry.add(
+            tasks_record, fixed_rate="10s", name="nightly", kwargs={"name": "nightly"}
+        )
+
+    def test_a_firing_enqueues_in_the_claims_transaction(self):
+        seen = []
+
+        def enqueued(sender, task_result, **kwargs):
+            # Sent by the backend inside its enqueue(): the claim, made before it, is visible
+            # and not committed yet (the firing's transaction is still open).
+            row = ScheduledTask.objects.get(name="nightly")
+            seen.append((connection.in_atomic_block, row.last_fire_time))
+
+        task_enqueued.connect(enqueued)
+        self.addCleanup(task_enqueued.disconnect, enqueued)
+        runner = make_runner("a", T0)
+        self.assertTrue(engines.commits_with(tasks_record, engines.DJANGO_TASKS, "default"))
+        next_time = runner.run(entry(runner, self.definition), T0)
+
+        self.assertEqual(next_time, T0 + timedelta(seconds=10))
+        self.assertEqual(seen, [(True, T0)])
+        run = TaskRun.objects.get()
+        self.assertEqual(
+            (run.status, run.scheduled_at, run.backend),
+            (RunStatus.ENQUEUED, T0, "django.tasks:default"),
+        )
+        result = DBTaskResult.objects.get()
+        self.assertEqual(str(result.id), run.result_id)
+        self.assertEqual(result.args_kwargs, {"args": [], "kwargs": {"name": "nightly"}})
+        self.assertEqual(ScheduledTask.objects.get(name="nightly").last_run_id, run.pk)
+        self.assertFalse(engine_tasks.Execution.objects.exists())  # nothing ran here
+        self.assertEqual(engines.outcome(run.backend, run.result_id), "ready")
+
+    def test_a_firing_claimed_elsewhere_enqueues_nothing(self):
+        a, b = make_runner("a", T0), make_runner("b", T0)
+        entry_a, entry_b = entry(a, self.definition), entry(b, self.definition)
+        a.run(entry_a, T0)
+        b.run(entry_b, T0)  # b finds the fire time claimed: no second run, no second enqueue
+        self.assertEqual(TaskRun.objects.count(), 1)
+        self.assertEqual(DBTaskResult.objects.count(), 1)
+
+    def test_an_enqueue_that_fails_is_a_failed_run_and_the_schedule_goes_on(self):
+        definition = self.registry.add(
+            tasks_record, fixed_rate="10s", name="unserializable", kwargs={"name": object()}
+        )
+        runner = make_runner("a", T0)
+        next_time = runner.run(entry(runner, definition), T0)
+        self.assertEqual(next_time, T0 + timedelta(seconds=10))
+        run = TaskRun.objects.get()
+        self.assertEqual((run.status, run.error_type), (RunStatus.FAILED, "builtins.TypeError"))
+        self.assertEqual((run.backend, run.result_id), ("django.tasks:default", ""))
+        self.assertFalse(DBTaskResult.objects.exists())
+        # The claim committed: the next firing is the next fire time, not this one again.
+        self.assertEqual(ScheduledTask.objects.get(name="unserializable").last_fire_time, T0)
+
+    def test_run_now_from_the_admin_enqueues(self):
+        runner = make_runner("a", T0)
+        task_entry = entry(runner, self.definition)
+        user = User.objects.create_superuser("admin", "admin@example.com", "x")
+        self.client.force_login(user)
+        url = reverse("admin:django_scheduling_scheduledtask_run", args=["nightly"])
+        self.client.post(url)
+        requested = ScheduledTask.objects.get(name="nightly").run_requested_at
+        self.assertIsNotNone(requested)
+
+        runner.run(task_entry, RunRequest(requested_at=requested))
+
+        run = TaskRun.objects.get()
+        self.assertEqual((run.status, run.scheduled_at), (RunStatus.ENQUEUED, None))
+        self.assertEqual(str(DBTaskResult.objects.get().id), run.result_id)
+        self.assertIsNone(ScheduledTask.objects.get(name="nightly").run_requested_at)
+        page = self.client.get(reverse("admin:django_scheduling_taskrun_change", args=[run.pk]))
+        self.assertContains(page, f"django.tasks:default as {run.result_id}: ready")
+
+
+class OtherBackendTests(TransactionTestCase):
+    def test_a_backend_without_results_is_enqueued_after_the_claim_and_says_so(self):
+        definition = TaskRegistry().add(
+            immediate_record, fixed_rate="10s", name="immediate", kwargs={"name": "immediate"}
+        )
+        self.assertFalse(engines.commits_with(immediate_record, engines.DJANGO_TASKS, "default"))
+        runner = make_runner("a", T0)
+        runner.run(entry(runner, definition), T0)
+        run = TaskRun.objects.get()
+        self.assertEqual((run.status, run.backend), (RunStatus.ENQUEUED, "django.tasks:immediate"))
+        # The ImmediateBackend ran it inside enqueue(), here (hence check W010).
+        (execution,) = engine_tasks.Execution.objects.all()
+        self.assertEqual(execution.task, f"immediate {run.result_id}")
+        self.assertEqual(execution.pid, os.getpid())
+        self.assertEqual(
+            engines.outcome(run.backend, run.result_id),
+            "outcome not reported by backend django.tasks:immediate",
+        )
+
+
+@override_settings(TASKS={"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}})
+class CeleryTests(TransactionTestCase):
+    """Celery on Redis: enqueued right after the claim commits."""
+
+    def setUp(self):
+        self.queue = f"test-engines-{os.getpid()}"
+        celery_app.conf.task_default_queue = self.queue
+        self.redis = redis.Redis.from_url(REDIS_URL)
+        self.redis.ping()  # scripts/test starts the server: fail here with the reason if not
+        self.redis.delete(self.queue)
+        self.addCleanup(self.redis.delete, self.queue)
+        self.registry = TaskRegistry()
+
+    def test_a_firing_publishes_a_message_that_expires_at_the_next_fire_time(self):
+        definition = self.registry.add(
+            celery_record, fixed_rate="10s", name="feeds", kwargs={"name": "feeds"}
+        )
+        runner = make_runner("a", T0)
+        self.assertFalse(engines.commits_with(celery_record, engines.CELERY, "default"))
+        self.assertEqual(runner.run(entry(runner, definition), T0), T0 + timedelta(seconds=10))
+        run = TaskRun.objects.get()
+        self.assertEqual((run.status, run.backend), (RunStatus.ENQUEUED, "celery"))
+        self.assertEqual(self.redis.llen(self.queue), 1)
+        message = json.loads(self.redis.lindex(self.queue, 0))
+        self.assertEqual(message["headers"]["id"], run.result_id)
+        self.assertEqual(message["headers"]["task"], "tests.testapp.engine_tasks.celery_record")
+        self.assertEqual(message["headers"]["expires"], (T0 + timedelta(seconds=10)).isoformat())
+        self.assertEqual(
+            engines.outcome("celery", run.result_id), "pending (or unknown to the result backend)"
+        )
+
+    def test_expires_can_be_given_or_turned_off(self):
+        given = self.registry.add(
+            celery_record, fixed_rate="10s", name="given", kwargs={"name": "g"}, expires="1h"
+        )
+        never = self.registry.add(
+            celery_record, fixed_rate="10s", name="never", kwargs={"name": "n"}, expires=False
+        )
+        runner = make_runner("a", T0)
+        runner.run(entry(runner, given), T0)
+        runner.run(entry(runner, never), T0)
+        expires = [
+            json.loads(raw)["headers"]["expires"] for raw in self.redis.lrange(self.queue, 0, -1)
+        ]
+        self.assertCountEqual(expires, [(T0 + timedelta(hours=1)).isoformat(), None])
+
+    def test_a_broker_that_is_down_fails_the_run_and_the_schedule_goes_on(self):
+        down = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+        down_app = Celery("down", broker=down, backend=down, set_as_current=False)
+        down_app.conf.result_backend_transport_options = {"retry_policy": {"max_retries": 0}}
+        down_app.conf.broker_transport_options = {"max_retries": 1}
+
+        @down_app.task
+        def refresh_feeds():
+            pass
+
+        definition = self.registry.add(refresh_feeds, fixed_rate="10s", name="feeds")
+        runner = make_runner("a", T0)
+        self.assertEqual(runner.run(entry(runner, definition), T0), T0 + timedelta(seconds=10))
+        run = TaskRun.objects.get()
+        self.assertEqual((run.status, run.backend, run.result_id), (RunStatus.FAILED, "celery", ""))
+        self.assertIn("Connection refused", run.error_message + run.traceback)
+        self.assertEqual(ScheduledTask.objects.get(name="feeds").last_fire_time, T0)

@@ -1,0 +1,211 @@
+"""Real schedulers enqueue on real engines: django-tasks-db's ``db_worker`` and Celery workers
+on Redis (tests/engines_celery.py, ``TEST_REDIS_URL``).
+
+The tasks (tests/testapp/engine_tasks.py) write a row per call, named after their schedule and
+their result's id, with the pid of the process that ran them; the checks join those rows with
+the run history. The three-scheduler tests run on Django 6.1 (on each database of its
+sessions), or anywhere with ``TEST_ENGINES_FULL=1``; Django 5.2 runs a light one on the
+django-tasks backport (SQLite only). Elsewhere they are deselected (``@pytest.mark.sessions``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+from collections import Counter
+from datetime import timedelta
+
+import django
+import pytest
+import redis
+from django.test import TransactionTestCase
+from django_tasks_db.models import DBTaskResult
+
+from django_scheduling import engines
+from django_scheduling.models import RunStatus, TaskRun
+
+from .processes import Process, celery_worker, db_worker, manage, poll, process_env
+from .testapp.models import Execution
+
+pytestmark = pytest.mark.processes
+
+SECOND = timedelta(seconds=1)
+REDIS_DEFAULT = "redis://127.0.0.1:63799/0"
+FULL = django.VERSION[:2] == (6, 1) or bool(os.environ.get("TEST_ENGINES_FULL"))
+#: Three schedulers and two workers: in the Django 6.1 sessions (deselected elsewhere).
+only_full = pytest.mark.sessions("6.1")
+
+
+def engine_env(engines: str, scheduling: dict | None = None, **extra: str) -> dict[str, str]:
+    return process_env(
+        SCHEDULING_EXTRA=json.dumps({"TASK_MODULE": "engine_tasks", **(scheduling or {})}),
+        SCHEDULING_LOG_LEVEL="INFO",
+        TESTAPP_ENGINES=engines,
+        **extra,
+    )
+
+
+class EngineProcessTests(TransactionTestCase):
+    def start_schedulers(self, count: int, env: dict[str, str]) -> list[Process]:
+        processes = [manage("runscheduler", env=env) for _ in range(count)]
+        for process in processes:
+            self.addCleanup(process.kill)
+        for process in processes:
+            process.wait_for("Scheduler running")
+        return processes
+
+    def runs(self, task: str, status: RunStatus = RunStatus.ENQUEUED) -> list[TaskRun]:
+        return list(TaskRun.objects.filter(task_name=task, status=status).order_by("scheduled_at"))
+
+    def executions(self, task: str) -> list[Execution]:
+        return list(Execution.objects.filter(task__startswith=f"{task} "))
+
+    def assert_each_fire_time_ran_once_on_a_worker(
+        self, task: str, schedulers: list[Process], workers: list[Process]
+    ) -> None:
+        runs = TaskRun.objects.filter(task_name=task).order_by("scheduled_at")
+        self.assertEqual({run.status for run in runs}, {RunStatus.ENQUEUED})
+        times = [run.scheduled_at for run in runs]
+        steps = {later - earlier for earlier, later in itertools.pairwise(times)}
+        self.assertEqual(steps, {SECOND}, f"fire times missed or enqueued twice: {times}")
+        executions = self.executions(task)
+        ran = Counter(execution.task.split(" ", 1)[1] for execution in executions)
+        self.assertEqual(ran, Counter(run.result_id for run in runs))  # each once, none else
+        pids = {execution.pid for execution in executions}
+        self.assertLessEqual(pids, {worker.popen.pid for worker in workers})
+        self.assertFalse(pids & {scheduler.popen.pid for scheduler in schedulers})
+
+    def wait_for_executions(self, task: str) -> None:
+        """Wait until every enqueued run of *task* has run."""
+        poll(
+            lambda: len(self.executions(task)) >= len(self.runs(task)),
+            timeout=30,
+            message=f"the workers did not run every enqueued firing of {task}",
+        )
+
+    @pytest.mark.sessions("6.1", "5.2/sqlite")
+    def test_django_tasks_firings_wait_for_workers_then_run_once_each(self):
+        """With django-tasks-db on the scheduler's database: claim and enqueue in one
+        transaction. No worker: the firings wait in the queue (its table). Then workers
+        start, and every fire time runs once, on a worker."""
+        task = "tasks_every_1s"
+        env = engine_env("tasks")
+        schedulers = self.start_schedulers(3 if FULL else 1, env)
+        poll(lambda: len(self.runs(task)) >= 3, timeout=30, message="no firings enqueued")
+        self.assertEqual(self.executions(task), [])
+        results = DBTaskResult.objects.filter(pk__in=[run.result_id for run in self.runs(task)])
+        self.assertEqual({result.status for result in results}, {"READY"})
+
+        workers = [db_worker(env) for _ in range(2 if FULL else 1)]
+        for worker in workers:
+            self.addCleanup(worker.kill)
+        enqueued = len(self.runs(task))
+        poll(lambda: len(self.runs(task)) >= enqueued + 3, timeout=30)
+        for scheduler in schedulers:
+            self.assertEqual(scheduler.stop(), 0, scheduler.output)
+        self.wait_for_executions(task)
+        for worker in workers:
+            worker.stop()
+        self.assert_each_fire_time_ran_once_on_a_worker(task, schedulers, workers)
+        self.assertEqual(set(DBTaskResult.objects.values_list("status", flat=True)), {"SUCCESSFUL"})
+        # The run's admin page reads the outcome from the backend.
+        run = self.runs(task)[0]
+        self.assertEqual(engines.outcome(run.backend, run.result_id), "successful")
+
+    @only_full
+    def test_celery_firings_wait_for_workers_then_run_once_each(self):
+        """Celery on Redis: enqueued after the claim commits. No worker: the messages wait in
+        Redis. Then workers start, and every fire time runs once, on a worker."""
+        queue = f"test-engines-{os.getpid()}"
+        client = redis.Redis.from_url(os.environ.get("TEST_REDIS_URL", REDIS_DEFAULT))
+        client.delete(queue)
+        self.addCleanup(client.delete, queue)
+        task = "celery_every_1s"
+        env = engine_env("celery", TEST_CELERY_QUEUE=queue)
+        schedulers = self.start_schedulers(3, env)
+        poll(lambda: len(self.runs(task)) >= 3, timeout=30, message="no firings enqueued")
+        self.assertEqual(self.executions(task), [])
+        self.assertGreaterEqual(client.llen(queue), 3)
+
+        workers = [celery_worker(f"w{index}", queue, env) for index in (1, 2)]
+        for worker in workers:
+            self.addCleanup(worker.kill)
+        enqueued = len(self.runs(task))
+        poll(lambda: len(self.runs(task)) >= enqueued + 3, timeout=30)
+        for scheduler in schedulers:
+            self.assertEqual(scheduler.stop(), 0, scheduler.output)
+        self.wait_for_executions(task)
+        for worker in workers:
+            worker.stop()
+        self.assert_each_fire_time_ran_once_on_a_worker(task, schedulers, workers)
+        # The run's admin page reads the outcome from the result backend, in a process that
+        # loads the Celery app (as a project's __init__.py does).
+        import tests.engines_celery  # noqa: F401
+
+        run = self.runs(task)[-1]
+        self.assertEqual(engines.outcome(run.backend, run.result_id), "SUCCESS")
+
+    @only_full
+    def test_an_unreachable_broker_fails_the_firings_and_blocks_nothing_else(self):
+        env = engine_env("celery,plain", TEST_REDIS_URL="redis://127.0.0.1:1/0")
+        (scheduler,) = self.start_schedulers(1, env)
+        poll(
+            lambda: (
+                len(self.runs("celery_every_1s", RunStatus.FAILED)) >= 3
+                and len(self.executions("plain_every_1s")) >= 3
+            ),
+            timeout=30,
+            message="the failed enqueues were not recorded, or the other task did not run",
+        )
+        self.assertEqual(scheduler.stop(), 0, scheduler.output)
+        failed = self.runs("celery_every_1s", RunStatus.FAILED)
+        self.assertEqual(TaskRun.objects.filter(task_name="celery_every_1s").count(), len(failed))
+        self.assertIn("Connection refused", failed[0].error_message + failed[0].traceback)
+        # Each failure was a fire time of its own: the schedule went on, a second apart.
+        times = [run.scheduled_at for run in failed]
+        self.assertEqual({b - a for a, b in itertools.pairwise(times)}, {SECOND})
+        plain = self.runs("plain_every_1s", RunStatus.SUCCEEDED)
+        self.assertEqual(
+            {b.scheduled_at - a.scheduled_at for a, b in itertools.pairwise(plain)}, {SECOND}
+        )
+
+    @only_full
+    def test_a_crash_between_the_claim_and_the_publish_loses_that_fire_time(self):
+        """The README's "at most once" for brokers outside the database: a scheduler killed
+        while it publishes (to a broker that accepts the connection and never answers) leaves
+        the run "running"; housekeeping marks it lost, and no one enqueues that fire time."""
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections complete in the kernel; nothing ever answers them
+        self.addCleanup(silent.close)
+        port = silent.getsockname()[1]
+        scheduling = {"LOCK_AT_MOST_FOR": "2s", "HOUSEKEEPING_INTERVAL": "1s"}
+        env = engine_env("celery", scheduling, TEST_REDIS_URL=f"redis://127.0.0.1:{port}/0")
+        (stuck,) = self.start_schedulers(1, env)
+        run = poll(
+            lambda: TaskRun.objects.filter(task_name="celery_every_1s").first(),
+            timeout=30,
+            message="no firing started",
+        )
+        stuck.kill()
+        self.assertEqual(run.status, RunStatus.RUNNING)
+        queue = f"test-engines-{os.getpid()}"
+        env = engine_env("celery", scheduling, TEST_CELERY_QUEUE=queue)
+        self.start_schedulers(1, env)
+        lost = poll(
+            lambda: TaskRun.objects.filter(pk=run.pk, status=RunStatus.LOST).first(),
+            timeout=30,
+            message="the run cut off by the crash was not marked lost",
+        )
+        self.assertEqual(lost.result_id, "")
+        poll(lambda: len(self.runs("celery_every_1s")) >= 2, timeout=30)
+        # The other scheduler went on from the next fire times, and never served that one.
+        self.assertEqual(
+            TaskRun.objects.filter(
+                task_name="celery_every_1s", scheduled_at=run.scheduled_at
+            ).count(),
+            1,
+        )
+        redis.Redis.from_url(os.environ.get("TEST_REDIS_URL", REDIS_DEFAULT)).delete(queue)
