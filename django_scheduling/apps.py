@@ -12,11 +12,14 @@ class SchedulingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, registry  # noqa: F401  (checks registers the system checks)
+        from . import alerts, checks, metrics, registry, sentry_crons  # noqa: F401  (checks)
         from .autostart import maybe_autostart
 
         registry.autodiscover()
         post_migrate.connect(_sync_after_migrate, sender=self)
+        metrics.install()  # nothing without prometheus_client
+        alerts.install()
+        sentry_crons.install()
         maybe_autostart()
 
 

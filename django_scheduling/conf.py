@@ -7,6 +7,7 @@ The setting is read the first time a value is needed, never at import, and read 
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +46,11 @@ DEFAULTS: dict[str, Any] = {
     "INSTANCE_NAME": None,
     "HOUSEKEEPING_INTERVAL": "1m",
     "JITTER": "0s",
+    "HEARTBEAT_INTERVAL": "30s",
+    "HEALTH_TOKEN": None,
+    "ALERT_AFTER_FAILURES": None,
+    "ALERT_MAIL_ADMINS": False,
+    "SENTRY_CRONS": False,
 }
 
 REJECTION_POLICIES = ("abort", "caller_runs", "discard", "discard_oldest")
@@ -74,6 +80,11 @@ class SchedulingSettings:
     instance_name: str
     housekeeping_interval: timedelta = timedelta(minutes=1)
     jitter: timedelta = timedelta(0)
+    heartbeat_interval: timedelta = timedelta(seconds=30)
+    health_token: str | None = None
+    alert_after_failures: int | None = None
+    alert_mail_admins: bool = False
+    sentry_crons: bool = False
 
     @classmethod
     def from_dict(cls, raw: Any) -> SchedulingSettings:
@@ -112,6 +123,11 @@ class SchedulingSettings:
             )
         elif instance is not None and len(instance) > 255:
             problems.append("SCHEDULING['INSTANCE_NAME'] is longer than 255 characters")
+        if reader.values["SENTRY_CRONS"] is True and importlib.util.find_spec("sentry_sdk") is None:
+            problems.append(
+                "SCHEDULING['SENTRY_CRONS'] is True but sentry_sdk is not installed; install it "
+                'with pip install "django-scheduling[sentry]"'
+            )
         # Each value is None only when its problem was noted, and then nothing is built.
         fields: dict[str, Any] = {
             "autostart": reader.boolean("AUTOSTART"),
@@ -133,6 +149,13 @@ class SchedulingSettings:
             "instance_name": instance or default_instance_name(),
             "housekeeping_interval": reader.duration("HOUSEKEEPING_INTERVAL", allow_zero=False),
             "jitter": reader.duration("JITTER"),
+            "heartbeat_interval": reader.duration("HEARTBEAT_INTERVAL", allow_zero=False),
+            "health_token": reader.optional_text("HEALTH_TOKEN"),
+            "alert_after_failures": reader.optional_integer(
+                "ALERT_AFTER_FAILURES", 1, none_means="no alerts"
+            ),
+            "alert_mail_admins": reader.boolean("ALERT_MAIL_ADMINS"),
+            "sentry_crons": reader.boolean("SENTRY_CRONS"),
         }
         if problems:
             raise InvalidSettings(problems)
@@ -171,12 +194,12 @@ class _Reader:
             return None
         return value
 
-    def optional_integer(self, key: str, minimum: int) -> int | None:
+    def optional_integer(self, key: str, minimum: int, none_means: str = "no bound") -> int | None:
         if self.values[key] is None:
             return None
         value = self.integer(key, minimum)
         if value is None:
-            self.problems[-1] += ", or None for no bound"
+            self.problems[-1] += f", or None for {none_means}"
         return value
 
     def choice(self, key: str, options: tuple[str, ...]) -> str | None:
@@ -193,6 +216,14 @@ class _Reader:
         if not isinstance(value, bool):
             self.problems.append(f"SCHEDULING[{key!r}] must be True or False, got {value!r}")
             return None
+        return value
+
+    def optional_text(self, key: str) -> str | None:
+        if self.values[key] is None:
+            return None
+        value = self.text(key)
+        if value is None:
+            self.problems[-1] += ", or None"
         return value
 
     def text(self, key: str) -> str | None:

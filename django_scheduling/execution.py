@@ -48,7 +48,7 @@ from typing import Any, cast
 from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone, translation
 
-from . import engines, history, signals, state
+from . import engines, history, metrics, signals, state
 from .clock import utcnow
 from .conf import SchedulingSettings
 from .context import current_fire_time, firing_context
@@ -273,6 +273,7 @@ class TaskRunner:
             if self._still_replaced(spec):
                 return self._skipped_firing(spec, firing, TRIGGER_CHANGED, assume_ran=True)
         lock = self.provider.lock(spec.lock_config)
+        metrics.lock_attempted(spec.name, lock is not None)
         if lock is None:
             return self._locked_elsewhere(spec, firing)
         spec.recheck = spec.locked_since = spec.locked_holder = None
@@ -428,6 +429,13 @@ class TaskRunner:
                 return False, None
             if decision.claim:
                 spec.state = replace(spec.state, last_fire_time=fire_time)
+            _send(
+                signals.run_started,
+                spec.name,
+                task=definition,
+                scheduled_at=fire_time,
+                run=run_id,
+            )
             if together:
                 handed = self._hand_over(spec, fire_time, started, savepoint=True)
                 if run_id is not None:
@@ -457,9 +465,20 @@ class TaskRunner:
             result_id=handed.result_id,
             run_recorded=together,
         )
+        duration = handed.finished - started
         if handed.exc is not None:
-            duration = handed.finished - started
             self._signal_end(spec, fire_time, run_id, duration, handed.exc)
+        else:
+            _send(
+                signals.run_enqueued,
+                spec.name,
+                task=definition,
+                scheduled_at=fire_time,
+                run=run_id,
+                duration=duration,
+                backend=handed.backend,
+                result_id=handed.result_id,
+            )
         return True, run_id
 
     def _hand_over(
@@ -664,6 +683,7 @@ class TaskRunner:
                     locks = self.provider.lock_many(  # type: ignore[attr-defined]
                         configs, now=found.now, absent=absent, joined=True
                     )
+                    metrics.locks_attempted([config.name for config in configs], locks)
                     won = [(i, locks[specs[i].name]) for i in to_run if specs[i].name in locks]
                     run_ids: list[int | None] = []
                     claimed: dict[str, datetime | None] = {}

@@ -4,8 +4,9 @@ Once a second it writes what waits in the outbox, queues the runs asked for in t
 ("run now") and the recoveries of lost runs, and, when a database outage is over, makes every
 task that backs off try again at once. Once per ``HOUSEKEEPING_INTERVAL`` it frees the locks of
 dead processes of this host, and one instance marks lost runs, asks for their recovery
-(``recover=True``) and prunes the history. None of this runs on the dispatcher or on the
-keep-alive thread.
+(``recover=True``), prunes the history and deletes the rows of instances gone for a day. Once
+per ``HEARTBEAT_INTERVAL`` it records this instance's heartbeat. None of this runs on the
+dispatcher or on the keep-alive thread.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from django.db import DatabaseError, close_old_connections
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from . import history, process
+from . import health, history, metrics, process
 from .clock import utcnow
 from .conf import SchedulingSettings
 from .locking import LockConfiguration, LockError, get_lock_provider
@@ -65,6 +66,8 @@ class Maintenance:
             target=self._loop, name="scheduling-maintenance", daemon=True
         )
         self._next_housekeeping = 0.0  # the first pass comes at once
+        self._next_heartbeat = 0.0
+        self.started_at = clock()
         self._failing = False
 
     def start(self) -> None:
@@ -106,6 +109,10 @@ class Maintenance:
                 )
                 free_locks_of_dead_processes(using=using)
                 self.housekeeping()
+            if monotonic >= self._next_heartbeat:
+                self._next_heartbeat = monotonic + self.conf.heartbeat_interval.total_seconds()
+                self.beat()
+            self._sample_metrics()
             if self._failing:
                 logger.warning("Maintenance works again: the database answers")
             self._failing = False
@@ -118,6 +125,29 @@ class Maintenance:
             logger.exception("Maintenance pass failed")
         finally:
             close_old_connections()
+
+    def _sample_metrics(self) -> None:
+        """Record the pool's gauges, and count the overdue tasks now and then (see
+        ``metrics``); nothing without prometheus_client."""
+        pool = getattr(self.scheduler, "pool", None)
+        if pool is not None:
+            metrics.pool_sampled(pool.stats())
+        metrics.refresh_overdue(every=metrics.OVERDUE_REFRESH)
+
+    def beat(self) -> None:
+        """Record this instance's heartbeat (see ``health``). A failed write waits for the
+        next one: it must not count as the database failing this pass, which would wake the
+        tasks that back off from a database that takes reads but fails writes."""
+        try:
+            health.beat(
+                name=self.conf.instance_name,
+                host=process.hostname(),
+                started_at=self.started_at,
+                now=self.clock(),
+                using=self.conf.database,
+            )
+        except DatabaseError as exc:
+            logger.debug("Could not record the heartbeat: %s", exc)
 
     def _take_requests(self) -> None:
         """Queue the runs asked for in the rows: "run now", and the recovery of lost runs.
@@ -151,6 +181,7 @@ class Maintenance:
             lost = history.mark_lost_runs(now=now, using=using)
             recovering = request_recoveries(lost, self.definitions, using=using)
             pruned = history.prune(older_than=now - self.conf.history_retention, using=using)
+            health.forget_old_instances(now=now, using=using)
             if lost or pruned:
                 logger.info(
                     "Housekeeping: %d lost run(s) marked (%d to recover), %d old run(s) pruned",

@@ -185,3 +185,22 @@ class TaskRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name} at {format_time(self.started_at)}"
+
+
+class SchedulerInstance(models.Model):
+    """One row per scheduler process: its heartbeat, written by its maintenance thread every
+    ``HEARTBEAT_INTERVAL``. Rows not seen for a day are deleted by housekeeping."""
+
+    name = models.CharField(_("name"), max_length=255, primary_key=True)
+    host = models.CharField(_("host"), max_length=255)
+    pid = models.PositiveIntegerField(_("process id"))
+    started_at = models.DateTimeField(_("started at"))
+    last_seen = models.DateTimeField(_("last seen"))
+
+    class Meta:
+        verbose_name = _("scheduler instance")
+        verbose_name_plural = _("scheduler instances")
+        ordering = ["-last_seen", "name"]
+
+    def __str__(self) -> str:
+        return self.name

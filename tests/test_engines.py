@@ -203,6 +203,80 @@ class DjangoTasksTests(TransactionTestCase):
         self.assertFalse(engine_tasks.Execution.objects.exists())  # nothing ran here
         self.assertEqual(engines.outcome(run.backend, run.result_id), "ready")
 
+    def test_an_enqueued_firing_is_signalled_and_counted(self):
+        from prometheus_client import REGISTRY
+
+        from django_scheduling import metrics, signals
+
+        metrics.install()
+        sent = []
+
+        def receiver(signal):
+            def receive(sender, **kwargs):
+                sent.append((signal, sender, kwargs.get("scheduled_at"), kwargs.get("result_id")))
+
+            return receive
+
+        started, enqueued = receiver("started"), receiver("enqueued")
+        signals.run_started.connect(started)
+        signals.run_enqueued.connect(enqueued)
+        self.addCleanup(signals.run_started.disconnect, started)
+        self.addCleanup(signals.run_enqueued.disconnect, enqueued)
+        labels = {"task": "nightly", "status": "enqueued"}
+        before = REGISTRY.get_sample_value("django_scheduling_runs_total", labels) or 0.0
+
+        runner = make_runner("a", T0)
+        runner.run(entry(runner, self.definition), T0)
+
+        run = TaskRun.objects.get()
+        self.assertEqual(
+            sent,
+            [("started", "nightly", T0, None), ("enqueued", "nightly", T0, run.result_id)],
+        )
+        after = REGISTRY.get_sample_value("django_scheduling_runs_total", labels)
+        self.assertEqual(after, before + 1)
+        self.assertIsNotNone(
+            REGISTRY.get_sample_value(
+                "django_scheduling_last_success_timestamp_seconds", {"task": "nightly"}
+            )
+        )
+
+    @override_settings(SCHEDULING={"ALERT_AFTER_FAILURES": 2})
+    def test_an_enqueue_after_failed_ones_is_a_recovery_and_breaks_a_streak(self):
+        from django_scheduling import alerts
+        from django_scheduling.signals import task_failing
+
+        alerts.install()
+        sent = []
+
+        def receive(sender, **kwargs):
+            sent.append((sender, kwargs["failures"], kwargs["recovered"]))
+
+        task_failing.connect(receive)
+        self.addCleanup(task_failing.disconnect, receive)
+        for minutes in (3, 2):  # two enqueues that failed, on another instance
+            TaskRun.objects.create(
+                task_name="nightly",
+                started_at=T0 - timedelta(minutes=minutes),
+                finished_at=T0 - timedelta(minutes=minutes),
+                status=RunStatus.FAILED,
+                instance="other:1:1",
+            )
+        runner = make_runner("a", T0)
+        runner.run(entry(runner, self.definition), T0)
+        self.assertEqual(sent, [("nightly", 2, True)])
+        TaskRun.objects.create(
+            task_name="nightly",
+            started_at=T0 + timedelta(minutes=1),
+            finished_at=T0 + timedelta(minutes=1),
+            status=RunStatus.FAILED,
+            instance="other:1:1",
+        )
+        # failed, enqueued, failed: one failure in a row, not two
+        self.assertEqual(
+            alerts.failures_in_a_row("nightly", before=None, limit=5, using="default"), 1
+        )
+
     def test_a_firing_claimed_elsewhere_enqueues_nothing(self):
         a, b = make_runner("a", T0), make_runner("b", T0)
         entry_a, entry_b = entry(a, self.definition), entry(b, self.definition)

@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 from django.utils import timezone
 
+from ... import metrics
 from ...autostart import describe_database_error
 from ...conf import get_settings
 from ...models import ScheduledTask
@@ -57,6 +58,12 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="How long to wait for running tasks at shutdown (overrides SCHEDULING).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            metavar="PORT",
+            help="Serve Prometheus metrics at /metrics on this port (needs the prometheus extra).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         definitions = self._select(options["tasks"], options["exclude"])
@@ -65,6 +72,8 @@ class Command(BaseCommand):
         if options["list"]:
             self._list(definitions)
             return
+        if options["metrics_port"] is not None:
+            self._serve_metrics(options["metrics_port"])
         service = SchedulerService(
             None if definitions is None else definitions,
             core_pool_size=options["pool_size"],
@@ -100,6 +109,15 @@ class Command(BaseCommand):
         if still_running:
             self.stderr.write("Still running at shutdown: " + ", ".join(still_running))
         self.stdout.write("Scheduler stopped.")
+
+    def _serve_metrics(self, port: int) -> None:
+        try:
+            metrics.serve(port)
+        except metrics.MetricsUnavailable as exc:
+            raise CommandError(str(exc)) from None
+        except OSError as exc:
+            raise CommandError(f"Cannot serve the metrics on port {port}: {exc}") from None
+        self.stdout.write(f"Serving metrics at http://0.0.0.0:{port}/metrics")
 
     def _select(self, only: list[str] | None, exclude: list[str]) -> list | None:
         unknown = [n for n in (only or []) + exclude if n not in registry]

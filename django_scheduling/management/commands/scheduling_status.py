@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +18,7 @@ from django.utils import timezone
 from ...checks import describe, scheduler_errors
 from ...conf import get_settings
 from ...durations import format_duration, parse_duration
+from ...health import report
 from ...models import ScheduledTask
 from ...monitoring import overdue_tasks
 
@@ -40,7 +40,9 @@ class Command(BaseCommand):
             "\"PT10M\" (default: SCHEDULING['OVERDUE_AFTER']).",
         )
         parser.add_argument(
-            "--json", action="store_true", help="Print the result as one JSON object."
+            "--json",
+            action="store_true",
+            help="Print the result as one JSON object: the body of the health endpoint.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -61,7 +63,13 @@ class Command(BaseCommand):
         now = timezone.now()
         tasks = list(overdue_tasks(now=now, overdue_after=overdue_after, using=conf.database))
         if options["json"]:
-            self.stdout.write(json.dumps(_as_json(tasks, now=now, overdue_after=overdue_after)))
+            body = report(
+                now=now,
+                overdue_after=overdue_after,
+                heartbeat_interval=conf.heartbeat_interval,
+                using=conf.database,
+            )
+            self.stdout.write(json.dumps(body))
         elif tasks:
             for task in tasks:
                 self.stdout.write(
@@ -90,25 +98,6 @@ def _overdue_after(text: str) -> timedelta:
         message = str(exc).replace(f"got {value!r}", f"got {text!r}")
         raise CommandError(message, returncode=2) from None
     return delta
-
-
-def _as_json(
-    tasks: Sequence[ScheduledTask], *, now: datetime, overdue_after: timedelta
-) -> dict[str, Any]:
-    return {
-        "ok": not tasks,
-        "checked_at": now.isoformat(),
-        "overdue_after_seconds": overdue_after.total_seconds(),
-        "overdue": [
-            {
-                "name": task.name,
-                "trigger": task.trigger,
-                "next_fire_time": _due(task).isoformat(),
-                "late_seconds": round((now - _due(task)).total_seconds(), 3),
-            }
-            for task in tasks
-        ],
-    }
 
 
 def _local(moment: datetime) -> str:

@@ -1,0 +1,123 @@
+"""Failure alerts: the ``task_failing`` signal, and optionally a mail to ``ADMINS``.
+
+With ``SCHEDULING['ALERT_AFTER_FAILURES'] = N``, ``task_failing`` is sent once when a task's
+N-th failure in a row ends, with ``recovered=False``, and once when the first success after such
+a streak ends, with ``recovered=True``. Failures in a row are counted from the run history
+(the newest finished runs of the task, succeeded or failed, whichever instance ran them), so
+the count survives restarts and spans instances. With ``HISTORY: False`` each process counts
+its own runs in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime
+from typing import Any
+
+from . import signals
+from .conf import get_settings
+from .models import RunStatus, TaskRun
+
+__all__ = ["install", "failures_in_a_row"]
+
+logger = logging.getLogger(__name__)
+
+_counts: dict[str, int] = {}  # with the history off: failures in a row, per task
+_counts_lock = threading.Lock()
+UID = "django_scheduling.alerts"
+
+
+def install() -> None:
+    """Connect the receivers that send ``task_failing`` (and mail ``ADMINS``)."""
+    signals.run_failed.connect(_failed, dispatch_uid=UID)
+    signals.run_succeeded.connect(_succeeded, dispatch_uid=UID)
+    signals.run_enqueued.connect(_succeeded, dispatch_uid=UID)  # an enqueue that worked
+    signals.task_failing.connect(_mail_admins, dispatch_uid=UID)
+
+
+def failures_in_a_row(name: str, *, before: int | None, limit: int, using: str) -> int:
+    """Return how many of the newest finished runs of *name* failed in a row, counting at most
+    *limit*; with *before* (a run id), only runs older than that run count."""
+    runs = TaskRun.objects.using(using).filter(
+        task_name=name, status__in=[RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.ENQUEUED]
+    )
+    if before is not None:
+        runs = runs.exclude(pk=before)
+    statuses = runs.order_by("-started_at", "-id").values_list("status", flat=True)[:limit]
+    count = 0
+    for status in statuses:
+        if status != RunStatus.FAILED:
+            break
+        count += 1
+    return count
+
+
+def _failed(
+    sender: str, *, task: Any, run: int | None, exception: BaseException, **kwargs: Any
+) -> None:
+    conf = get_settings()
+    threshold = conf.alert_after_failures
+    if threshold is None:
+        return
+    if conf.history and run is not None:
+        # This run is recorded already: it is the newest of the streak.
+        count = failures_in_a_row(sender, before=None, limit=threshold + 1, using=conf.database)
+    else:
+        with _counts_lock:
+            count = _counts[sender] = _counts.get(sender, 0) + 1
+    if count == threshold:
+        logger.error("Task %s has failed %d times in a row", sender, count)
+        _send(sender, task=task, failures=count, recovered=False, run=run, exception=exception)
+
+
+def _succeeded(sender: str, *, task: Any, run: int | None, **kwargs: Any) -> None:
+    conf = get_settings()
+    threshold = conf.alert_after_failures
+    if threshold is None:
+        return
+    if conf.history and run is not None:
+        count = failures_in_a_row(sender, before=run, limit=threshold, using=conf.database)
+        if count >= threshold:  # the whole streak, for the receivers
+            count = failures_in_a_row(sender, before=run, limit=10_000, using=conf.database)
+    else:
+        with _counts_lock:
+            count = _counts.pop(sender, 0)
+    if count >= threshold:
+        logger.warning("Task %s has recovered after %d failures in a row", sender, count)
+        _send(sender, task=task, failures=count, recovered=True, run=run, exception=None)
+
+
+def _send(sender: str, **kwargs: Any) -> None:
+    try:
+        signals.task_failing.send(sender=sender, **kwargs)
+    except Exception:
+        logger.exception("A receiver of task_failing failed for %s", sender)
+
+
+def _mail_admins(
+    sender: str, *, failures: int, recovered: bool, run: int | None, exception: Any, **kwargs: Any
+) -> None:
+    if not get_settings().alert_mail_admins:
+        return
+    if recovered:
+        subject = f"Scheduled task {sender} has recovered after {failures} failures in a row"
+        lines = [f"Run {run} of {sender} succeeded."]
+    else:
+        subject = f"Scheduled task {sender} has failed {failures} times in a row"
+        lines = [f"Run {run} of {sender} failed: {type(exception).__name__}: {exception}"]
+    lines.append(f"Sent at {datetime.now().astimezone().isoformat(timespec='seconds')}.")
+    # Off the thread that sends the signal (the writer, for batched runs): a slow mail server
+    # must not hold up the recording of other runs.
+    threading.Thread(
+        target=_deliver, args=(subject, "\n".join(lines)), name="scheduling-alert", daemon=True
+    ).start()
+
+
+def _deliver(subject: str, message: str) -> None:
+    from django.core.mail import mail_admins
+
+    try:
+        mail_admins(subject, message)
+    except Exception:
+        logger.exception("Could not mail the alert %r to ADMINS", subject)
