@@ -148,8 +148,12 @@ class ExecutionTests(TransactionTestCase):
         holder = DatabaseLockProvider(owner="a").lock(LockConfiguration("job", "1m"))
         self.assertIsNotNone(holder)
         received = []
-        signals.run_skipped.connect(lambda sender, **kw: received.append(kw["reason"]), weak=False)
-        self.addCleanup(signals.run_skipped.receivers.clear)
+
+        def on_run_skipped(sender, **kw):
+            return received.append(kw["reason"])
+
+        signals.run_skipped.connect(on_run_skipped, weak=False)
+        self.addCleanup(signals.run_skipped.disconnect, on_run_skipped)
         next_b = b.run(entry_b, T0)
         self.assertEqual(calls.count, 0)
         self.assertEqual(next_b, T0 + timedelta(seconds=1))

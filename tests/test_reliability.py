@@ -205,8 +205,12 @@ class LockedElsewhereTests(Base):
 class LockLostTests(Base):
     def test_a_run_whose_lock_was_taken_over_is_flagged_and_cannot_overwrite_the_newer_run(self):
         lost = []
-        signals.lock_lost.connect(lambda sender, **kw: lost.append(kw), weak=False)
-        self.addCleanup(signals.lock_lost.receivers.clear)
+
+        def on_lock_lost(sender, **kw):
+            return lost.append(kw)
+
+        signals.lock_lost.connect(on_lock_lost, weak=False)
+        self.addCleanup(signals.lock_lost.disconnect, on_lock_lost)
         registry = TaskRegistry()
         clock = Clock(T0)
         stale = make_runner("a", clock)
@@ -292,11 +296,19 @@ class OutageTests(Base):
         runner = make_runner("a", Clock(T0))
         entry = self.entry(runner, TaskRegistry().add(task, fixed_rate="10s", name="job"))
         finished = []
-        signals.run_succeeded.connect(lambda sender, **kw: finished.append(sender), weak=False)
-        self.addCleanup(signals.run_succeeded.receivers.clear)
+
+        def on_run_succeeded(sender, **kw):
+            return finished.append(sender)
+
+        signals.run_succeeded.connect(on_run_succeeded, weak=False)
+        self.addCleanup(signals.run_succeeded.disconnect, on_run_succeeded)
         skipped = []
-        signals.run_skipped.connect(lambda sender, **kw: skipped.append(kw["reason"]), weak=False)
-        self.addCleanup(signals.run_skipped.receivers.clear)
+
+        def on_run_skipped(sender, **kw):
+            return skipped.append(kw["reason"])
+
+        signals.run_skipped.connect(on_run_skipped, weak=False)
+        self.addCleanup(signals.run_skipped.disconnect, on_run_skipped)
         with self.assertLogs("django_scheduling.execution", "ERROR") as logs:
             next_time = runner.run(entry, T0)
         gone.__exit__(None, None, None)
