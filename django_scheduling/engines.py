@@ -9,6 +9,7 @@ imported itself: a task object can only exist once its engine's module is loaded
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import sys
@@ -108,10 +109,10 @@ def backend_name(obj: Any, engine: str) -> str:
 def task_backends() -> Any:
     """Return django.tasks' ``task_backends`` (Django 6) or the backport's (Django 5.2)."""
     try:
-        from django.tasks import task_backends as handler
-    except ImportError:
-        from django_tasks import task_backends as handler  # type: ignore[assignment]
-    return handler
+        from django.tasks import task_backends
+    except ImportError:  # the backport, whose types are not installed beside Django 6
+        return importlib.import_module("django_tasks").task_backends
+    return task_backends
 
 
 def commits_with(obj: Any, engine: str | None, using: str) -> bool:
