@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
+import django
 from django.core import mail
 from django.test import TransactionTestCase, override_settings
 
@@ -17,6 +18,9 @@ from django_scheduling.service import SchedulerService
 from django_scheduling.signals import task_failing
 
 from .processes import poll
+
+# Django 6 takes addresses; (name, address) pairs are deprecated there and needed before.
+ADMINS = ["ops@example.com"] if django.VERSION >= (6, 0) else [("Ops", "ops@example.com")]
 
 
 class Flaky:
@@ -64,7 +68,7 @@ class AlertTests(TransactionTestCase):
 
     @override_settings(
         SCHEDULING={"ALERT_AFTER_FAILURES": 2, "ALERT_MAIL_ADMINS": True},
-        ADMINS=[("Ops", "ops@example.com")],
+        ADMINS=ADMINS,
     )
     def test_sent_once_at_the_threshold_and_once_on_recovery_with_mails(self):
         self.run_until(Flaky(3), "flaky")
