@@ -18,12 +18,16 @@ from django_scheduling import current_fire_time, scheduled
 from .models import Execution
 
 
-def _record(name: str, seconds: float = 0.0) -> None:
+def _record(name: str, seconds: float = 0.0, *, until: str | None = None) -> None:
     execution = Execution.objects.create(
         task=name, fire_time=current_fire_time(), pid=os.getpid(), started=timezone.now()
     )
     if seconds:
         time.sleep(seconds)  # the task's own work: it holds its lock this long
+    if until:  # ... and then until the test creates the file *until* (60 s at most)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(until) and time.monotonic() < deadline:
+            time.sleep(0.05)
     Execution.objects.filter(pk=execution.pk).update(finished=timezone.now())
 
 
@@ -64,7 +68,7 @@ if os.environ.get("TESTAPP_REDEPLOY"):
 
         @scheduled(fixed_delay=delay, name="redeploy_delay")
         def redeploy_delay() -> None:
-            _record("redeploy_delay", 3.0)
+            _record("redeploy_delay", until=env.get("TESTAPP_RELEASE"))
 
     @scheduled(fixed_rate="2s", lock=False, name="unlocked_every_2s")
     def unlocked_every_2s() -> None:
