@@ -43,8 +43,9 @@ duplicates (fire times enqueued more than once: for several instances of ours th
 p50 / p99 / max lateness = arrival on the queue - fire time; CPU of the scheduler processes
 (user + system / wall, % of one core, all instances).
 
-Figures go to ``benchmarks/results/enqueue.md`` and ``enqueue.json``; logs of the last run to
-``test-artifacts/bench-enqueue/``. Loopback only. The environment with every system (Python
+Figures go to ``benchmarks/results/enqueue.md`` and ``enqueue.json`` (``--output NAME``:
+``NAME.md``, ``NAME.json``); logs of the last run to ``test-artifacts/bench-enqueue/``. Loopback
+only. The environment with every system (Python
 3.13, Django 6.1, django-tasks-db, Celery with Redis, django-crontask 2.0.1) is a nox session:
 
     nox -s bench-enqueue                                  # everything, about 6 minutes
@@ -55,7 +56,8 @@ Figures go to ``benchmarks/results/enqueue.md`` and ``enqueue.json``; logs of th
 Options: ``--systems`` (``ours-tasks,ours-celery,beat,crontask``), ``--instances 1,3`` (ours),
 ``--tasks 100,1000``, ``--seconds`` (default 12; quick 6), ``--warmup`` (default 3),
 ``--no-duplicates``, ``--conn-max-age SECONDS`` (Django's ``CONN_MAX_AGE`` for the Django
-processes; default: unset, i.e. 0), ``--note TEXT``, ``--write`` / ``--no-write``, ``--keep``.
+processes; default: unset, i.e. 0), ``--output NAME``, ``--note TEXT``, ``--write`` /
+``--no-write``, ``--keep``.
 """
 
 from __future__ import annotations
@@ -682,7 +684,9 @@ def write_results(info: dict, args: argparse.Namespace, results: list[dict], min
             f"within {DRAIN:.0f} s after it; **dup** = fire times enqueued more than once. "
             "**p50 / p99 / max** = arrival on the queue - fire time. Fire times: ours, the run "
             "of our history that enqueued the row or message (`TaskRun.result_id`); "
-            "django-crontask, the latest whole second at or before `enqueued_at`. celery "
+            "django-crontask, the latest whole second at or before `enqueued_at` (so an enqueue "
+            "1 s late or more counts against the next second: a *dup* there and a *missed* "
+            "here, which may be this matching's and not django-crontask's). celery "
             "beat's messages carry no fire time, and its interval counts from the last send: "
             "its lateness is the gap between two sends of a task - 1 s, and its *missed* the "
             "deficit (due - sent). **CPU** = user + system time of the scheduler processes / "
@@ -696,30 +700,41 @@ def write_results(info: dict, args: argparse.Namespace, results: list[dict], min
         "",
         para(summary(results)),
         "",
-        para("Everything per configuration (per-instance CPU, start-up, load): `enqueue.json`."),
+        para(
+            "Everything per configuration (per-instance CPU, start-up, load): "
+            f"`{args.output}.json`."
+        ),
         "",
     ]
     text = "\n".join(lines)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "enqueue.md").write_text(text)
+    (RESULTS / f"{args.output}.md").write_text(text)
     payload = {"machine": info, "command": args.command, "note": args.note, "results": results}
-    (RESULTS / "enqueue.json").write_text(json.dumps(without_nan(payload), indent=2) + "\n")
+    (RESULTS / f"{args.output}.json").write_text(json.dumps(without_nan(payload), indent=2) + "\n")
     return text
 
 
 def notes(results: list[dict]) -> list[str]:
     """Return the lines on configurations that failed or whose instances were restarted."""
+
+    def bullet(text: str) -> str:
+        return textwrap.fill(text, 100, initial_indent="- ", subsequent_indent="  ")
+
     lines = []
     for result in results:
         for restart in result.get("startup_restarts", []):
+            label, _, last = restart.partition(": ")
             lines.append(
-                f"- {result['title']}, {result['tasks']:,} tasks: an instance exited during "
-                f"start-up and was started again once (as a supervisor would): `{restart}`"
+                bullet(
+                    f"{result['title']}, {result['tasks']:,} tasks: {label} exited during "
+                    f"start-up and was started again once, as a supervisor would (the last line "
+                    f"of its output: `{last.strip()}`)."
+                )
             )
         if "error" in result:
             text = result["error"].strip().splitlines() or ["?"]
             reason = text[0] if len(text) == 1 else f"{text[0]} ... {text[-1]}"
-            lines.append(f"- {result['title']}, {result['tasks']:,} tasks, failed: `{reason}`")
+            lines.append(bullet(f"{result['title']}, {result['tasks']:,} tasks, failed: {reason}"))
     return [*lines, ""] if lines else []
 
 
@@ -765,7 +780,7 @@ def summary(results: list[dict]) -> str:
         ]
         parts.append(
             f"**Where ours falls short:** it enqueued at most {best:,.0f} firings per second "
-            "here, whatever the number of instances (they contend for the same fire times); "
+            "here, with one instance or three (they contend for the same fire times); "
             "the other fire times were never enqueued. A firing that enqueues is claimed on "
             "its own, in a transaction of its own, "
             'not in the batched claims of in-process firings (README, "Scaling out")'
@@ -827,6 +842,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument("--note", default="", help="a line for the header of the results")
     parser.add_argument("--keep", action="store_true", help="keep the logs")
+    parser.add_argument("--output", default="enqueue", help="results/NAME.md and NAME.json")
     args = parser.parse_args(argv)
     args.tasks = args.tasks or ([100] if args.quick else [100, 1_000])
     if args.seconds is None:
