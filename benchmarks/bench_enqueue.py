@@ -523,6 +523,11 @@ def plan(args: argparse.Namespace) -> list[Config]:
     for tasks in args.tasks:
         for system in args.systems:
             if system == "crontask" and not crontask_available():
+                print(
+                    "django-crontask skipped: it needs Python >= 3.12, Django >= 6.0 and "
+                    "django-crontask installed (nox -s bench-enqueue has them)",
+                    file=sys.stderr,
+                )
                 continue
             for instances in args.instances if system.startswith("ours") else [1]:
                 configs.append(Config(system, tasks, instances))
