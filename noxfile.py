@@ -112,3 +112,30 @@ def database_url(session: nox.Session, database: str) -> str:
     session.run(script, "start", external=True, silent=True)
     url = subprocess.run([script, "url"], cwd=ROOT, check=True, capture_output=True, text=True)
     return url.stdout.strip()
+
+
+#: The enqueue benchmark's environment: every system it compares runs here (django-crontask
+#: 2.0.1 needs Python >= 3.12 and Django >= 6.0; 2.1+ needs Python 3.14).
+BENCH_ENQUEUE = [
+    "Django~=6.1.0",
+    "django-tasks-db==0.13.0",
+    "celery[redis]>=5.4,<6",
+    "django-crontask==2.0.1",
+    "django-environ>=0.11",
+]
+
+
+@nox.session(python="3.13", name="bench-enqueue", default=False)
+def bench_enqueue(session: nox.Session) -> None:
+    """The enqueue benchmark, benchmarks/bench_enqueue.py (not run by plain ``nox``).
+
+    ``nox -s bench-enqueue [-- options]``: every system it compares installs here.
+    """
+    wanted = hashlib.sha256(
+        (ROOT / "pyproject.toml").read_bytes() + " ".join(BENCH_ENQUEUE).encode()
+    ).hexdigest()
+    marker = Path(session.virtualenv.location) / ".installed"
+    if not (marker.exists() and marker.read_text() == wanted):
+        session.install("-e", ".[postgres]", *BENCH_ENQUEUE)
+        marker.write_text(wanted)
+    session.run("python", "benchmarks/bench_enqueue.py", *session.posargs)
