@@ -134,7 +134,19 @@ def check_engines(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
         alias = engines.backend_alias(definition.func)
         if alias not in engines.task_backends().settings:
             continue  # check_tasks reports it
-        backend = engines.task_backends()[alias]
+        try:
+            backend = engines.task_backends()[alias]
+        except Exception as exc:  # a backend that cannot be built: bad OPTIONS, an import
+            warnings.append(
+                checks.Error(
+                    f"Task {_label(definition)} enqueues on the backend {alias!r}, which "
+                    f"cannot be loaded: {type(exc).__name__}: {exc}",
+                    hint=f"Fix TASKS[{alias!r}] in your settings.",
+                    obj=definition.origin,
+                    id="django_scheduling.E010",
+                )
+            )
+            continue
         kinds = {klass.__name__ for klass in type(backend).__mro__}
         if "ImmediateBackend" in kinds:
             warnings.append(

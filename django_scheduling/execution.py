@@ -427,16 +427,9 @@ class TaskRunner:
                     self._forget_start(run_id)
                 self._count_skip(spec, fire_time, "already run")
                 return False, None
-            if decision.claim:
-                spec.state = replace(spec.state, last_fire_time=fire_time)
-            _send(
-                signals.run_started,
-                spec.name,
-                task=definition,
-                scheduled_at=fire_time,
-                run=run_id,
-            )
             if together:
+                # A database error of the enqueue is raised: the claim rolls back with it, and
+                # the firing backs off and is tried again (never a claim without its enqueue).
                 handed = self._hand_over(spec, fire_time, started, savepoint=True)
                 if run_id is not None:
                     history.record_end(
@@ -449,6 +442,10 @@ class TaskRunner:
                         backend=handed.backend,
                         result_id=handed.result_id,
                     )
+        # Committed: receivers never run inside the claim's transaction.
+        if decision.claim:
+            spec.state = replace(spec.state, last_fire_time=fire_time)
+        _send(signals.run_started, spec.name, task=definition, scheduled_at=fire_time, run=run_id)
         if not together:
             handed = self._hand_over(spec, fire_time, started, savepoint=False)
         spec.state = replace(spec.state, last_finished=handed.finished)
@@ -484,8 +481,9 @@ class TaskRunner:
     def _hand_over(
         self, spec: TaskSpec, fire_time: datetime | None, started: datetime, *, savepoint: bool
     ) -> _HandedOver:
-        """Enqueue one call of the task on its engine; never raise but a database error
-        inside the caller's transaction (*savepoint*: the enqueue writes in it)."""
+        """Enqueue one call of the task on its engine; a failure is a failed run. Only a
+        database error inside the caller's transaction (*savepoint*: the enqueue writes in it)
+        is raised, so that the claim rolls back with it."""
         definition = spec.definition
         assert definition.engine is not None
         backend = engines.backend_name(definition.func, definition.engine)
@@ -500,6 +498,8 @@ class TaskRunner:
                     expires=expires,
                 )
         except Exception as exc:  # the broker is down, the arguments do not serialize, ...
+            if savepoint and isinstance(exc, DatabaseError):
+                raise  # the caller's transaction fails with it: nothing is claimed
             logger.exception(
                 "Could not enqueue %s (scheduled for %s) on %s; it fires again at its next "
                 "fire time",
@@ -527,20 +527,24 @@ class TaskRunner:
     def _expires(
         self, spec: TaskSpec, fire_time: datetime | None, started: datetime
     ) -> datetime | None:
-        """Return when a Celery message of this firing expires: ``expires=`` after the fire
-        time, else at the task's next fire time (a message still waiting then is dropped by
-        the worker, which runs the next one instead); never for fixed-delay tasks and manual
-        runs without ``expires=``."""
+        """Return when a Celery message of this firing expires: ``expires=`` after it is
+        sent, else at the task's next fire time (a message still waiting then is dropped by
+        the worker, which runs the next one instead), but never sooner than one period after
+        it is sent: a firing sent late (a catch-up of ``missed="run_all"``, a recovery) is not
+        born expired. Never for fixed-delay tasks and manual runs without ``expires=``."""
         expires = spec.definition.expires
         if spec.definition.engine != engines.CELERY or expires is False:
             return None
         if isinstance(expires, timedelta):
-            return (fire_time or started) + expires
+            return started + expires
         if fire_time is None or spec.trigger.kind == "fixed_delay":
             return None
-        return spec.trigger.next_fire_time(
+        following = spec.trigger.next_fire_time(
             now=started, state=replace(spec.state, last_fire_time=fire_time)
         )
+        if following is None:
+            return None
+        return max(following, started + (following - fire_time))
 
     def _call_noted(
         self, spec: TaskSpec, fire_time: datetime | None, run_id: int | None, held: Any

@@ -8,6 +8,7 @@ whose options are wrong is recorded with its error instead of raising at import:
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -111,6 +112,12 @@ def _definition(func: Any, name: str | None, **options: Any) -> TaskDefinition:
             raise _Invalid("lock", f"lock={lock!r} must be True or False")
         if not isinstance(recover, bool):
             raise _Invalid("recover", f"recover={recover!r} must be True or False")
+        if engine is not None and not lock:
+            raise _Invalid(
+                "lock",
+                "lock=False on a task that is enqueued would enqueue each firing once per "
+                "scheduler instance; drop lock=False",
+            )
         if recover and not lock:
             raise _Invalid(
                 "recover",
@@ -205,6 +212,16 @@ def _calls(
             ) from None
         except ValueError:  # some built-ins have no signature to read
             pass
+    if engine == engines.DJANGO_TASKS:
+        try:  # what the backend stores: refused at each firing, so found here
+            json.dumps([list(args), dict(kwargs)])
+        except (TypeError, ValueError) as exc:
+            raise _Invalid(
+                "function",
+                f"args={tuple(args)!r} and kwargs={dict(kwargs)!r} cannot be enqueued: a "
+                f"django.tasks Task takes JSON values ({exc}); give strings, numbers, "
+                "booleans, None, lists and dicts",
+            ) from None
     expires_td: timedelta | bool | None = None
     if expires is not None and expires is not False:
         if engine != engines.CELERY:

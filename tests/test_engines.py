@@ -17,7 +17,7 @@ import redis
 from celery import Celery
 from django.contrib.auth.models import User
 from django.core import checks
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import TransactionTestCase, override_settings
 from django.urls import reverse
 from django_tasks_db.models import DBTaskResult
@@ -127,16 +127,25 @@ class DeclarationTests(TransactionTestCase):
         self.registry.add(report, fixed_rate="1h", kwargs={"other": 1}, name="wrong_arguments")
         self.registry.add(tasks_record, fixed_rate="1h", expires="5m", name="tasks_expires")
         self.registry.add(celery_record, fixed_rate="1h", expires="soon", name="bad_expires")
+        self.registry.add(tasks_record, fixed_rate="1h", name="not_json", kwargs={"name": object()})
+        self.registry.add(celery_record, fixed_rate="1h", lock=False, name="unlocked")
         errors = {error.id: error.msg for error in task_errors(self.registry)}
         self.assertEqual(
             errors,
             {
                 "django_scheduling.E002": "Two @scheduled lines on "
                 "tests.testapp.engine_tasks.tasks_record give the same name 'same'.",
+                "django_scheduling.E003": errors["django_scheduling.E003"],
                 "django_scheduling.E009": errors["django_scheduling.E009"],
             },
         )
+        self.assertIn(
+            "would enqueue each firing once per scheduler", errors["django_scheduling.E003"]
+        )
         messages = [error.msg for error in task_errors(self.registry)]
+        self.assertTrue(
+            any("cannot be enqueued: a django.tasks Task takes JSON" in m for m in messages)
+        )
         self.assertTrue(any("kwargs={'other': 1} do not fit the function" in m for m in messages))
         self.assertTrue(any("expires='5m' applies to Celery tasks only" in m for m in messages))
         self.assertTrue(any("expires" in m and "soon" in m for m in messages))
@@ -214,6 +223,8 @@ class DjangoTasksTests(TransactionTestCase):
         def receiver(signal):
             def receive(sender, **kwargs):
                 sent.append((signal, sender, kwargs.get("scheduled_at"), kwargs.get("result_id")))
+                # Sent once the claim committed, never inside its transaction.
+                self.assertFalse(connection.in_atomic_block)
 
             return receive
 
@@ -285,19 +296,43 @@ class DjangoTasksTests(TransactionTestCase):
         self.assertEqual(TaskRun.objects.count(), 1)
         self.assertEqual(DBTaskResult.objects.count(), 1)
 
+    def refuse(self, error):
+        """Make each enqueue fail with *error*, raised inside the backend's enqueue() after
+        its row is written (from the task_enqueued signal)."""
+
+        def raise_error(sender, **kwargs):
+            raise error
+
+        task_enqueued.connect(raise_error)
+        self.addCleanup(task_enqueued.disconnect, raise_error)
+
     def test_an_enqueue_that_fails_is_a_failed_run_and_the_schedule_goes_on(self):
-        definition = self.registry.add(
-            tasks_record, fixed_rate="10s", name="unserializable", kwargs={"name": object()}
-        )
+        self.refuse(RuntimeError("the queue is full"))
         runner = make_runner("a", T0)
-        next_time = runner.run(entry(runner, definition), T0)
+        next_time = runner.run(entry(runner, self.definition), T0)
         self.assertEqual(next_time, T0 + timedelta(seconds=10))
         run = TaskRun.objects.get()
-        self.assertEqual((run.status, run.error_type), (RunStatus.FAILED, "builtins.TypeError"))
+        self.assertEqual((run.status, run.error_type), (RunStatus.FAILED, "builtins.RuntimeError"))
         self.assertEqual((run.backend, run.result_id), ("django.tasks:default", ""))
-        self.assertFalse(DBTaskResult.objects.exists())
+        self.assertFalse(DBTaskResult.objects.exists())  # the savepoint took its row back
         # The claim committed: the next firing is the next fire time, not this one again.
-        self.assertEqual(ScheduledTask.objects.get(name="unserializable").last_fire_time, T0)
+        self.assertEqual(ScheduledTask.objects.get(name="nightly").last_fire_time, T0)
+
+    def test_a_database_error_of_the_enqueue_rolls_the_claim_back_and_the_firing_is_retried(self):
+        self.refuse(OperationalError("the database went away"))
+        runner = make_runner("a", T0)
+        task_entry = entry(runner, self.definition)
+        retry_at = runner.run(task_entry, T0)
+        self.assertIsNotNone(retry_at)
+        self.assertLess(retry_at, T0 + timedelta(seconds=10))  # backs off, before its next time
+        self.assertIsNone(ScheduledTask.objects.get(name="nightly").last_fire_time)
+        self.assertFalse(TaskRun.objects.exists())
+        self.assertFalse(DBTaskResult.objects.exists())
+        self.doCleanups()  # the receiver goes: the database answers again
+        self.assertEqual(runner.run(task_entry, T0), T0 + timedelta(seconds=10))
+        run = TaskRun.objects.get()
+        self.assertEqual((run.status, run.scheduled_at), (RunStatus.ENQUEUED, T0))
+        self.assertEqual(DBTaskResult.objects.count(), 1)
 
     def test_run_now_from_the_admin_enqueues(self):
         runner = make_runner("a", T0)
@@ -369,6 +404,20 @@ class CeleryTests(TransactionTestCase):
         self.assertEqual(
             engines.outcome("celery", run.result_id), "pending (or unknown to the result backend)"
         )
+
+    def test_a_firing_sent_late_still_gets_a_whole_period(self):
+        definition = self.registry.add(
+            celery_record,
+            fixed_rate="10s",
+            name="catch_up",
+            kwargs={"name": "c"},
+            missed="run_all",
+        )
+        late = T0 + timedelta(minutes=5)  # a catch-up: the fire time T0 is sent 5 minutes late
+        runner = make_runner("a", late)
+        runner.run(entry(runner, definition), T0)
+        message = json.loads(self.redis.lindex(self.queue, 0))
+        self.assertEqual(message["headers"]["expires"], (late + timedelta(seconds=10)).isoformat())
 
     def test_expires_can_be_given_or_turned_off(self):
         given = self.registry.add(

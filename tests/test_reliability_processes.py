@@ -23,7 +23,13 @@ import pytest
 from django.db import connection
 from django.test import TransactionTestCase
 
-from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
+from django_scheduling.models import (
+    RunStatus,
+    ScheduledTask,
+    SchedulerInstance,
+    TaskLock,
+    TaskRun,
+)
 
 from .processes import Process, manage, poll, process_env
 from .testapp.models import Execution
@@ -122,6 +128,13 @@ class ReliabilityProcessTests(TransactionTestCase):
         stale = poll(lambda: Execution.objects.filter(task="frozen").first(), timeout=30)
         holder = next(p for p in processes if p.popen.pid == stale.pid)
         other = next(p for p in processes if p is not holder)
+        # Not while its first heartbeat is being written: frozen inside a write, it would hold
+        # SQLite's write lock and stop every other process (the next one is 30 s later).
+        poll(
+            lambda: SchedulerInstance.objects.filter(pid=holder.popen.pid).exists(),
+            timeout=20,
+            message="the holder wrote no heartbeat",
+        )
         # Frozen longer than lock_at_most_for (2s): its lock expires, the other instance
         # takes it and runs a later fire time.
         freeze(holder)
