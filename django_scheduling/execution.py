@@ -158,6 +158,8 @@ class TaskRunner:
         #: through ``run()``, one at a time.
         self.writer = writer
         self._claims_connection = KeptConnection(self.using)
+        # Pool threads' connections for firings that only enqueue (no task code runs here).
+        self._enqueue_connection = KeptConnection(self.using)
         #: Set when a firing met an unreachable database; the service clears it, and wakes
         #: the entries that back off, once a statement succeeds again.
         self.outage = threading.Event()
@@ -227,6 +229,14 @@ class TaskRunner:
     def run(self, entry: Entry, firing: Firing) -> datetime | None:
         """Run one firing of *entry* and return when it fires next; never raise."""
         spec: TaskSpec = entry.payload
+        if spec.definition.engine is not None and spec.lock_config is not None:
+            # Only the enqueue runs here, never task code: the thread keeps its connection, as
+            # the claim threads do, rather than connect once per firing.
+            with self._enqueue_connection.use():
+                try:
+                    return self._run_locked(spec, firing)
+                except Exception as exc:
+                    return self._back_off(spec, firing, exc)
         close_old_connections()
         try:
             if spec.lock_config is None:

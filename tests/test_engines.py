@@ -13,6 +13,7 @@ import json
 import os
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import redis
 from celery import Celery
 from django.contrib.auth.models import User
@@ -287,6 +288,24 @@ class DjangoTasksTests(TransactionTestCase):
         self.assertEqual(
             alerts.failures_in_a_row("nightly", before=None, limit=5, using="default"), 1
         )
+
+    @pytest.mark.vendor("mysql", "postgresql")  # SQLite's test database is never closed
+    def test_firings_that_enqueue_keep_their_connection(self):
+        connections_seen = []
+
+        def note(sender, **kwargs):
+            connections_seen.append(connection.connection)
+
+        task_enqueued.connect(note)
+        self.addCleanup(task_enqueued.disconnect, note)
+        runner = make_runner("a", T0)
+        task_entry = entry(runner, self.definition)
+        for second in (0, 10, 20):
+            runner.clock = lambda second=second: T0 + timedelta(seconds=second)
+            runner.run(task_entry, T0 + timedelta(seconds=second))
+        self.assertEqual(TaskRun.objects.filter(status=RunStatus.ENQUEUED).count(), 3)
+        # Not one connection per firing (CONN_MAX_AGE = 0 closes them after task code).
+        self.assertEqual(len({id(seen) for seen in connections_seen}), 1)
 
     def test_a_firing_claimed_elsewhere_enqueues_nothing(self):
         a, b = make_runner("a", T0), make_runner("b", T0)
