@@ -28,6 +28,7 @@ from django_tasks_db.models import DBTaskResult
 from django_scheduling import engines
 from django_scheduling.checks import check_engines, task_errors
 from django_scheduling.conf import get_settings
+from django_scheduling.deadline import OUTCOME_TIMEOUT
 from django_scheduling.execution import TaskRunner
 from django_scheduling.locking import DatabaseLockProvider
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
@@ -417,9 +418,9 @@ class OutcomeDeadlineTests(TransactionTestCase):
         self.addCleanup(self.server.close)  # the waiting lookups then fail, and end
         url = f"redis://127.0.0.1:{self.server.getsockname()[1]}/0"
         silent = Celery("silent", broker=url, backend=url, set_as_current=False)
-        # The default is 120 s; shorter here, so that the test of a lookup without a deadline
-        # ends too, having waited more than the deadline.
-        silent.conf.redis_socket_timeout = 5
+        # The default is 120 s; shorter here, so that a lookup without a deadline ends too,
+        # having waited well beyond the deadline.
+        silent.conf.redis_socket_timeout = 10
         silent.conf.result_backend_transport_options = {"retry_policy": {"max_retries": 0}}
         previous = celery.current_app._get_current_object()
         silent.set_current()
@@ -430,7 +431,7 @@ class OutcomeDeadlineTests(TransactionTestCase):
         text = engines.outcome("celery", "3f1c0d3e-silent")
         elapsed = time.monotonic() - started
         self.assertEqual(text, "outcome unknown: the backend did not answer within 2 s")
-        self.assertLess(elapsed, 3.0)
+        self.assertLess(elapsed, OUTCOME_TIMEOUT + 2)
 
     def test_the_runs_page_renders_within_the_deadline(self):
         run = TaskRun.objects.create(
@@ -450,4 +451,4 @@ class OutcomeDeadlineTests(TransactionTestCase):
         self.assertContains(
             page, "celery as 3f1c0d3e-page: outcome unknown: the backend did not answer within 2 s"
         )
-        self.assertLess(elapsed, 3.0)
+        self.assertLess(elapsed, OUTCOME_TIMEOUT + 2)
