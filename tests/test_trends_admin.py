@@ -192,6 +192,15 @@ class TaskListTrendsTests(AdminTestCase):
         self.assertNotIn(" OVER ", upper)
         self.assertEqual(upper.count("UNION ALL"), 9)
         self.assertEqual(len(re.findall(r"\bLIMIT 20\b", upper)), 10)
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute(f"EXPLAIN QUERY PLAN {sparklines}")
+                reads = [row[3] for row in cursor.fetchall() if "taskrun" in row[3]]
+            self.assertEqual(
+                reads,
+                ["SEARCH django_scheduling_taskrun USING INDEX ds_run_task_started (task_name=?)"]
+                * 10,
+            )
 
     def test_the_last_success_of_each_task_is_read_from_an_index(self):
         # The plan of the task list's query: each task's newest success is found by a search
