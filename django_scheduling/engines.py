@@ -156,11 +156,17 @@ def enqueue(
     return Enqueued(CELERY, str(async_result.id))
 
 
-def outcome(backend: str, result_id: str) -> str:
+def outcome(backend: str, result_id: str, *, timeout: float | None = None) -> str:
     """Return what the engine *backend* says of the result *result_id*, for the admin.
 
-    Never raises: an engine that cannot tell, or fails to answer, is said so.
+    Never raises, and never waits for the engine more than *timeout* seconds (default:
+    ``deadline.OUTCOME_TIMEOUT``): the lookup runs on a small shared thread pool. An engine that
+    cannot tell, fails to answer, or does not answer in time is said so.
     """
+    from .deadline import OUTCOME_TIMEOUT, MissedDeadline, call_with_deadline
+
+    timeout = OUTCOME_TIMEOUT if timeout is None else timeout
+    lookup: Callable[[], str]
     try:
         if backend.startswith(f"{DJANGO_TASKS}:"):
             alias = backend.split(":", 1)[1]
@@ -170,18 +176,36 @@ def outcome(backend: str, result_id: str) -> str:
             engine_backend = handler[alias]
             if not engine_backend.supports_get_result:
                 return f"outcome not reported by backend {backend}"
-            return str(engine_backend.get_result(result_id).status).lower()
-        if backend == CELERY:
+
+            def lookup() -> str:
+                return str(engine_backend.get_result(result_id).status).lower()
+
+        elif backend == CELERY:
             if "celery" not in sys.modules:
                 return "outcome unknown: Celery is not loaded in this process"
             from celery import current_app
             from celery.backends.base import DisabledBackend
 
-            if isinstance(current_app.backend, DisabledBackend):
+            # The current app is per thread: take this thread's to the pool's.
+            app = current_app._get_current_object()
+            if isinstance(app.backend, DisabledBackend):
                 return f"outcome not reported by backend {backend} (no result backend)"
-            state = current_app.AsyncResult(result_id).state
-            return "pending (or unknown to the result backend)" if state == "PENDING" else state
+
+            def lookup() -> str:
+                state = app.AsyncResult(result_id).state
+                return "pending (or unknown to the result backend)" if state == "PENDING" else state
+
+        else:
+            return f"outcome not reported by backend {backend}"
+        return call_with_deadline(lookup, timeout=timeout)
+    except MissedDeadline:
+        logger.warning(
+            "The outcome of %s on %s was not read: no answer within %g s",
+            result_id,
+            backend,
+            timeout,
+        )
+        return f"outcome unknown: the backend did not answer within {timeout:g} s"
     except Exception as exc:
         logger.warning("Could not read the outcome of %s on %s: %s", result_id, backend, exc)
         return f"outcome unknown: {type(exc).__name__}: {exc}"
-    return f"outcome not reported by backend {backend}"

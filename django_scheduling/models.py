@@ -180,6 +180,10 @@ class TaskRun(models.Model):
         indexes = [
             models.Index(fields=["task_name", "-started_at"], name="ds_run_task_started"),
             models.Index(fields=["status", "-started_at"], name="ds_run_status_started"),
+            # The task list's last success: each task's newest run of a status, one row read.
+            models.Index(
+                fields=["task_name", "status", "started_at"], name="ds_run_task_status_started"
+            ),
             models.Index(fields=["started_at"], name="ds_run_started"),
         ]
 

@@ -4,6 +4,10 @@ late starts.
 Pure: the functions take the rows that ``recent_runs()`` or ``recent_runs_of()`` read (a few
 columns, no model instances) and, where time matters, *now*; they are tested without a
 database.
+
+An engine task's firing ends when it is enqueued: an *enqueued* run is an ended, successful run
+here, as for failure alerts (``alerts.failures_in_a_row()``) and metrics; how the worker's run
+went is the engine's to report.
 """
 
 from __future__ import annotations
@@ -13,8 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import F, Window
-from django.db.models.functions import RowNumber
+from django.db import connections
 
 from .models import RunStatus, TaskRun
 
@@ -30,12 +33,16 @@ __all__ = [
     "percentile",
     "recent_runs",
     "recent_runs_of",
+    "newest_runs_sql",
 ]
 
 #: How many runs the chart on a task's page shows.
 CHART_RUNS = 100
 #: How many runs the sparkline of each task in the task list shows.
 SPARKLINE_RUNS = 20
+#: How many tasks one query of ``recent_runs_of()`` reads: SQLite allows 500 terms in a compound
+#: SELECT. A page of the task list (100 tasks; 200 when it shows all) is one query.
+NAMES_PER_QUERY = 250
 #: A run is late when it started more than this after its fire time, beyond the task's jitter
 #: (which delays firings on purpose).
 LATE_START = timedelta(seconds=1)
@@ -45,7 +52,9 @@ RUN_FIELDS = ("id", "status", "started_at", "scheduled_at", "duration")
 RunRow = tuple[int, str, datetime, datetime | None, timedelta | None]
 
 #: Statuses of runs that have not ended: not counted in the success rate or the durations.
-IN_PROGRESS = frozenset({RunStatus.RUNNING.value, "enqueued"})
+IN_PROGRESS = frozenset({RunStatus.RUNNING.value})
+#: Statuses of the runs that succeeded: an engine task's run succeeds when it is enqueued.
+SUCCESSES = frozenset({RunStatus.SUCCEEDED.value, RunStatus.ENQUEUED.value})
 #: Statuses that count as a failure of the task in "failures in a row".
 FAILURES = frozenset({RunStatus.FAILED.value, RunStatus.LOST.value})
 
@@ -74,8 +83,9 @@ class RunStats:
     """What the runs of a chart add up to."""
 
     runs: int
-    #: Runs that have ended (every status but running and enqueued).
+    #: Runs that have ended (every status but running).
     finished: int
+    #: Runs that succeeded or were enqueued.
     succeeded: int
     #: Succeeded runs among the finished ones, from 0 to 1; ``None`` when none has finished.
     success_rate: float | None
@@ -109,7 +119,7 @@ def run_stats(points: Sequence[RunPoint]) -> RunStats:
     """Return the success rate, the p50 and p95 durations of the ended runs, the failures in a
     row and the late starts of *points* (oldest first)."""
     ended = [p for p in points if not p.in_progress]
-    succeeded = sum(1 for p in ended if p.status == RunStatus.SUCCEEDED)
+    succeeded = sum(1 for p in ended if p.status in SUCCESSES)
     durations = sorted(p.duration for p in ended if p.duration is not None)
     streak = 0
     for point in reversed(ended):
@@ -146,23 +156,37 @@ def recent_runs(name: str, *, using: str, limit: int = CHART_RUNS) -> list[RunRo
 def recent_runs_of(
     names: Sequence[str], *, using: str, limit: int = SPARKLINE_RUNS
 ) -> dict[str, list[RunRow]]:
-    """Return the *limit* newest runs of each task of *names*, newest first, in one query.
+    """Return the *limit* newest runs of each task of *names*, newest first, in one query (one
+    per ``NAMES_PER_QUERY`` names).
 
-    ``ROW_NUMBER()`` numbers each task's runs from the newest; SQLite, MariaDB 10.2+ and
-    PostgreSQL all have it.
+    One ``SELECT ... WHERE task_name = %s ORDER BY started_at DESC LIMIT 20`` per task, joined by
+    ``UNION ALL``: each reads at most *limit* rows of the index on (task_name, -started_at),
+    however long the history (a ``ROW_NUMBER()`` window would number every run of the tasks).
+    Each part is a derived table: SQLite allows no ``LIMIT`` on a part of a compound SELECT
+    otherwise, and this form works on SQLite, MariaDB and PostgreSQL alike.
     """
     found: dict[str, list[RunRow]] = {name: [] for name in names}
-    if not names:
-        return found
-    newest_first = [F("started_at").desc(), F("id").desc()]
-    runs = (
-        TaskRun.objects.using(using)
-        .filter(task_name__in=list(names))
-        .annotate(rank=Window(RowNumber(), partition_by=[F("task_name")], order_by=newest_first))
-        .filter(rank__lte=limit)
-        .order_by("task_name", "-started_at", "-id")
-        .values_list("task_name", *RUN_FIELDS)
-    )
-    for task_name, *row in runs:
-        found[task_name].append(tuple(row))
+    unique = list(found)
+    for start in range(0, len(unique), NAMES_PER_QUERY):
+        chunk = unique[start : start + NAMES_PER_QUERY]
+        sql = newest_runs_sql(len(chunk), using=using, limit=limit)
+        for run in TaskRun.objects.db_manager(using).raw(sql, chunk):
+            found[run.task_name].append(tuple(getattr(run, field) for field in RUN_FIELDS))
+    for rows in found.values():
+        rows.sort(key=lambda run: (run[2], run[0]), reverse=True)  # UNION ALL keeps no order
     return found
+
+
+def newest_runs_sql(tasks: int, *, using: str, limit: int) -> str:
+    """Return the SQL of ``recent_runs_of()`` for *tasks* task names, given as parameters."""
+    quote = connections[using].ops.quote_name
+    opts = TaskRun._meta
+    wanted = ("task_name", *RUN_FIELDS)
+    column = {f.name: quote(f.column or f.name) for f in opts.concrete_fields if f.name in wanted}
+    column = {name: column[name] for name in wanted}
+    part = (
+        f"SELECT {', '.join(column.values())} FROM {quote(opts.db_table)}"
+        f" WHERE {column['task_name']} = %s"
+        f" ORDER BY {column['started_at']} DESC, {column['id']} DESC LIMIT {int(limit)}"
+    )
+    return " UNION ALL ".join(f"SELECT * FROM ({part}) t{index}" for index in range(tasks))

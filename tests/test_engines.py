@@ -11,8 +11,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
+import time
 from datetime import UTC, datetime, timedelta
 
+import celery
 import pytest
 import redis
 from celery import Celery
@@ -26,6 +29,7 @@ from django_tasks_db.models import DBTaskResult
 from django_scheduling import engines
 from django_scheduling.checks import check_engines, task_errors
 from django_scheduling.conf import get_settings
+from django_scheduling.deadline import OUTCOME_TIMEOUT
 from django_scheduling.execution import TaskRunner
 from django_scheduling.locking import DatabaseLockProvider
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
@@ -470,3 +474,49 @@ class CeleryTests(TransactionTestCase):
         self.assertEqual((run.status, run.backend, run.result_id), (RunStatus.FAILED, "celery", ""))
         self.assertIn("Connection refused", run.error_message + run.traceback)
         self.assertEqual(ScheduledTask.objects.get(name="feeds").last_fire_time, T0)
+
+
+class OutcomeDeadlineTests(TransactionTestCase):
+    """A result backend that accepts connections and never answers (a Redis server that hangs)
+    must not hold up the run's page: the outcome lookup gives up after its deadline."""
+
+    def setUp(self):
+        # A real socket that listens (the kernel completes the connection) and never answers.
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.addCleanup(self.server.close)  # the waiting lookups then fail, and end
+        url = f"redis://127.0.0.1:{self.server.getsockname()[1]}/0"
+        silent = Celery("silent", broker=url, backend=url, set_as_current=False)
+        # The default is 120 s; shorter here, so that a lookup without a deadline ends too,
+        # having waited well beyond the deadline.
+        silent.conf.redis_socket_timeout = 10
+        silent.conf.result_backend_transport_options = {"retry_policy": {"max_retries": 0}}
+        previous = celery.current_app._get_current_object()
+        silent.set_current()
+        self.addCleanup(previous.set_current)
+
+    def test_the_lookup_gives_up_after_its_deadline_and_says_so(self):
+        started = time.monotonic()
+        text = engines.outcome("celery", "3f1c0d3e-silent")
+        elapsed = time.monotonic() - started
+        self.assertEqual(text, "outcome unknown: the backend did not answer within 2 s")
+        self.assertLess(elapsed, OUTCOME_TIMEOUT + 2)
+
+    def test_the_runs_page_renders_within_the_deadline(self):
+        run = TaskRun.objects.create(
+            task_name="feeds",
+            started_at=T0,
+            finished_at=T0,
+            status=RunStatus.ENQUEUED,
+            instance="web-1:100",
+            backend="celery",
+            result_id="3f1c0d3e-page",
+        )
+        user = User.objects.create_superuser("admin", "admin@example.com", "x")
+        self.client.force_login(user)
+        started = time.monotonic()
+        page = self.client.get(reverse("admin:django_scheduling_taskrun_change", args=[run.pk]))
+        elapsed = time.monotonic() - started
+        self.assertContains(
+            page, "celery as 3f1c0d3e-page: outcome unknown: the backend did not answer within 2 s"
+        )
+        self.assertLess(elapsed, OUTCOME_TIMEOUT + 2)

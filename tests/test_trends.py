@@ -48,10 +48,12 @@ class RunPointsTests(SimpleTestCase):
         self.assertEqual(points[3].duration, seconds(5))  # running: so far
         self.assertTrue(points[3].in_progress)
 
-    def test_an_enqueued_run_counts_as_in_progress(self):
-        (point,) = run_points([row(1, "enqueued", ago=seconds(3))], now=NOW)
-        self.assertTrue(point.in_progress)
-        self.assertEqual(run_stats([point]).finished, 0)
+    def test_an_enqueued_run_has_ended_with_the_duration_of_its_enqueue(self):
+        (point,) = run_points([row(1, "enqueued", ago=seconds(3), duration=seconds(0.2))], now=NOW)
+        self.assertFalse(point.in_progress)
+        self.assertEqual(point.duration, seconds(0.2))
+        stats = run_stats([point])
+        self.assertEqual((stats.finished, stats.succeeded, stats.p50), (1, 1, seconds(0.2)))
 
 
 class RunStatsTests(SimpleTestCase):
@@ -68,6 +70,15 @@ class RunStatsTests(SimpleTestCase):
         stats = self.stats("succeeded", "failed", "succeeded", "succeeded", "running")
         self.assertEqual((stats.runs, stats.finished, stats.succeeded), (5, 4, 3))
         self.assertEqual(stats.success_rate, 0.75)
+
+    def test_an_enqueue_is_a_success_of_an_engine_task(self):
+        stats = self.stats("failed", "enqueued", "failed", "enqueued")
+        self.assertEqual((stats.finished, stats.succeeded), (4, 2))
+        self.assertEqual(stats.success_rate, 0.5)
+        self.assertEqual(stats.consecutive_failures, 0)
+        stats = self.stats("enqueued", "failed", "enqueued", "failed")
+        self.assertEqual(stats.success_rate, 0.5)
+        self.assertEqual(stats.consecutive_failures, 1)  # not 2: an enqueue came between
 
     def test_no_finished_run_has_no_rate(self):
         stats = run_stats([])
