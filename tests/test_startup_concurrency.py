@@ -35,8 +35,8 @@ def definitions(registry: TaskRegistry, prefix: str, count: int) -> list:
     """*count* tasks that fire every second: the instances that have started claim their
     rows (locking them in the order of their names) while the others still write them.
 
-    Declared in the reverse order of their names, as the rows are then stored: an update
-    that locks rows in the order it finds them (not by name) meets the claims head-on.
+    Declared in the reverse order of their names: a start-up that stored and locked the rows
+    in the order it is given them, not by name, would meet the claims head-on.
     """
     return [
         registry.add(job, name=f"{prefix}.task{index:05}", cron="* * * * * *")
