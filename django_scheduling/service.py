@@ -8,14 +8,17 @@ writes, recovery after an outage, housekeeping).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import random
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
 from . import maintenance, state
@@ -23,6 +26,7 @@ from .conf import SchedulingSettings, get_settings
 from .execution import TaskRunner, TaskSpec
 from .keepalive import KeepAlive
 from .locking import LockError, get_lock_provider
+from .locking.database import is_conflict
 from .outbox import Outbox
 from .registry import TaskDefinition, TaskRegistry, registry
 from .scheduler import Entry, Scheduler
@@ -31,6 +35,12 @@ from .writer import EndWriter
 __all__ = ["SchedulerService"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: How often the start-up tries a step that met another instance's writes (a deadlock, a
+#: serialization failure) before it gives up.
+START_ATTEMPTS = 5
 
 
 class SchedulerService:
@@ -101,10 +111,17 @@ class SchedulerService:
             outbox=self.outbox,
             writer=self.writer,
         )
-        self.specs = self.runner.specs(self.definitions, complete=self.complete)
+        runner = self.runner
+        self.specs = self._retrying(
+            "syncing the task rows",
+            lambda: runner.specs(self.definitions, complete=self.complete),
+        )
         # A process of this host that died holding locks (a restarted dev server) frees them
         # before the first firing, instead of blocking its tasks for lock_at_most_for.
-        maintenance.free_locks_of_dead_processes(using=conf.database)
+        self._retrying(
+            "freeing the locks of dead processes",
+            lambda: maintenance.free_locks_of_dead_processes(using=conf.database),
+        )
         self.scheduler = Scheduler(
             self.runner,
             core_pool_size=core,
@@ -114,7 +131,10 @@ class SchedulerService:
             rejection_policy=conf.rejection_policy,
         )
         first_times = {spec.name: self.scheduler.add(Entry(spec.name, spec)) for spec in self.specs}
-        state.publish_next_fire_times(first_times, using=conf.database)
+        self._retrying(
+            "publishing the next fire times",
+            lambda: state.publish_next_fire_times(first_times, using=conf.database),
+        )
         close_old_connections()
         self.keepalive.start()  # before the first firing can run
         self.writer.start()
@@ -132,6 +152,35 @@ class SchedulerService:
         )
         self.maintenance.start()
         logger.info("Scheduler started with %d task(s) as %s", len(self.specs), conf.instance_name)
+
+    def _retrying(self, step: str, work: Callable[[], T]) -> T:
+        """Return what *work* (a step of the start-up, safe to repeat) returns, trying it
+        again when it meets another instance's writes.
+
+        Instances that start together write the same rows; a deadlock or a serialization
+        failure between them (the database rolled one statement back) is no outage. Other
+        database errors, and conflicts inside a transaction of the caller's, are raised.
+        """
+        for attempt in itertools.count(1):
+            try:
+                return work()
+            except DatabaseError as exc:
+                if (
+                    attempt == START_ATTEMPTS
+                    or not is_conflict(exc)
+                    or connections[self.conf.database].in_atomic_block
+                ):
+                    raise
+                # Randomized, so that the instances that met do not meet again in step.
+                delay = random.uniform(0.05, 0.25) * attempt
+                logger.warning(
+                    "Start-up: %s met another instance's writes (%s); trying again in %.2fs",
+                    step,
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    delay,
+                )
+            self._stopped.wait(delay)
+        raise AssertionError("not reached")  # for type checkers: the loop has no end
 
     def next_fire_times(self) -> dict[str, datetime | None]:
         assert self.scheduler is not None

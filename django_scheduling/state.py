@@ -87,10 +87,14 @@ def sync_tasks(
     the code is in *tasks*), rows of tasks no longer in the code are marked removed.
 
     The rows are read as tuples, and written in batches: ten thousand tasks start in a few
-    dozen statements, without a model instance per task.
+    dozen statements, without a model instance per task. Instances that start together write
+    the same rows at once: every statement here takes its rows' locks in the order of their
+    names, so that none of them waits for a row held by another that waits for one of its own
+    (a deadlock).
     """
-    tasks = list(tasks)
+    tasks = sorted(tasks, key=lambda task: task[0])
     manager = ScheduledTask.objects.using(using)
+    q = connections[using].ops.quote_name
     states: dict[str, TriggerState] = {}
     # Tasks declared alike share their state's values and, when equal, the state itself: a
     # scheduler holds one state per task for as long as it runs.
@@ -105,7 +109,9 @@ def sync_tasks(
         rows = _read_rows_to_sync(manager, names)
         missing = [(name, trigger) for name, trigger in batch if name not in rows]
         if missing:
-            # Another instance may create the same rows at the same moment: its rows win.
+            # Another instance may create the same rows at the same moment: its rows win. Both
+            # insert in the order of the names, so each waits for the other's first new key
+            # before it holds one the other wants.
             manager.bulk_create(
                 [
                     ScheduledTask(
@@ -141,14 +147,17 @@ def sync_tasks(
             if (state := shared.get(key)) is None:
                 state = shared[key] = TriggerState(*key)
             states[name] = state
+    removed = q(column(ScheduledTask, "removed_at"))
     for first in range(0, len(removed_again), _CHUNK):
-        manager.filter(name__in=removed_again[first : first + _CHUNK]).update(removed_at=None)
+        _update_in_order(using, removed_again[first : first + _CHUNK], f"{removed} = NULL", [])
     if complete:
         declared = {name for name, _ in tasks}
         present = manager.filter(removed_at=None).values_list("name", flat=True).iterator()
-        stale = [name for name in present if name not in declared]
+        stale = sorted(name for name in present if name not in declared)
+        now_value = datetime_adapter(connections[using])(now)
         for first in range(0, len(stale), _CHUNK):
-            manager.filter(name__in=stale[first : first + _CHUNK]).update(removed_at=now)
+            batch = stale[first : first + _CHUNK]
+            _update_in_order(using, batch, f"{removed} = %s", [now_value])
     return states
 
 
@@ -157,24 +166,56 @@ def _read_rows_to_sync(manager: Any, names: list[str]) -> dict[str, tuple[Any, .
     return {row[0]: row for row in found}
 
 
+def _update_in_order(using: str, names: list[str], assignments: str, params: list[Any]) -> None:
+    """Set *assignments* (SQL, with *params*) on the rows of *names*, in one statement that
+    locks the rows in the order of their names.
+
+    A plain ``UPDATE ... WHERE name IN (...)`` locks rows in the order its scan meets them:
+    on PostgreSQL their place in the table, which every update moves. Two instances updating
+    the same rows could then each hold a row the other waits for. The claims lock rows by
+    name too (``claimable``).
+    """
+    conn = connections[using]
+    q = conn.ops.quote_name
+    table, name = q(ScheduledTask._meta.db_table), q(column(ScheduledTask, "name"))
+    marks = ", ".join(["%s"] * len(names))
+    if conn.vendor == "postgresql":  # locked by the subquery, after its sort
+        where = (
+            f"{name} IN (SELECT {name} FROM {table} WHERE {name} IN ({marks}) "
+            f"ORDER BY {name} FOR UPDATE)"
+        )
+    elif conn.vendor == "mysql":
+        where = f"{name} IN ({marks}) ORDER BY {name}"
+    else:  # SQLite: a writer holds the whole database
+        where = f"{name} IN ({marks})"
+    with conn.cursor() as cursor:
+        cursor.execute(f"UPDATE {table} SET {assignments} WHERE {where}", [*params, *names])
+
+
 def publish_next_fire_times(times: dict[str, datetime | None], *, using: str) -> None:
     """Store the next fire times the scheduler computed at start, for the admin: one
-    statement per distinct time and batch of names."""
-    manager = ScheduledTask.objects.using(using)
-    by_time: dict[datetime | None, list[str]] = {}
-    for name, when in times.items():
-        by_time.setdefault(when, []).append(name)
-    if len(by_time) * 20 > len(times):  # mostly distinct times (jitter): a CASE per batch
-        items = list(times.items())
+    statement per distinct time and batch of names, locking its rows by name."""
+    conn = connections[using]
+    adapt = datetime_adapter(conn)
+    target = conn.ops.quote_name(column(ScheduledTask, "next_fire_time"))
+    cast = "::timestamptz" if conn.vendor == "postgresql" else ""
+    if len(set(times.values())) * 20 > len(times):  # mostly distinct times (jitter): a CASE
+        items = sorted(times.items(), key=lambda item: item[0])
+        name = conn.ops.quote_name(column(ScheduledTask, "name"))
         for first in range(0, len(items), _CHUNK):
-            batch = [
-                ScheduledTask(name=n, next_fire_time=w) for n, w in items[first : first + _CHUNK]
-            ]
-            manager.bulk_update(batch, ["next_fire_time"])
+            batch = items[first : first + _CHUNK]
+            cases = " ".join(["WHEN %s THEN %s"] * len(batch))
+            params = [value for n, when in batch for value in (n, adapt(when))]
+            assignment = f"{target} = (CASE {name} {cases} END){cast}"
+            _update_in_order(using, [n for n, _ in batch], assignment, params)
         return
+    by_time: dict[datetime | None, list[str]] = {}
+    for name, when in sorted(times.items(), key=lambda item: item[0]):
+        by_time.setdefault(when, []).append(name)
     for when, names in by_time.items():
         for first in range(0, len(names), _CHUNK):
-            manager.filter(name__in=names[first : first + _CHUNK]).update(next_fire_time=when)
+            batch = names[first : first + _CHUNK]
+            _update_in_order(using, batch, f"{target} = %s{cast}", [adapt(when)])
 
 
 def describe(trigger: Trigger) -> str:
