@@ -17,10 +17,23 @@ class SchedulingConfig(AppConfig):
 
         registry.autodiscover()
         post_migrate.connect(_sync_after_migrate, sender=self)
-        metrics.install()  # nothing without prometheus_client
+        if _metrics_wanted():
+            metrics.install()
         alerts.install()
         sentry_crons.install()
         maybe_autostart()
+
+
+def _metrics_wanted() -> bool:
+    """``SCHEDULING["METRICS"]``: off by default, since each task's series cost memory."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .conf import get_settings
+
+    try:
+        return get_settings().metrics
+    except ImproperlyConfigured:
+        return False  # the system checks report it
 
 
 def _sync_after_migrate(*, using: str, **kwargs: Any) -> None:

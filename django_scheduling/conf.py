@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "ALERT_AFTER_FAILURES": None,
     "ALERT_MAIL_ADMINS": False,
     "SENTRY_CRONS": False,
+    "METRICS": False,
 }
 
 REJECTION_POLICIES = ("abort", "caller_runs", "discard", "discard_oldest")
@@ -85,6 +86,7 @@ class SchedulingSettings:
     alert_after_failures: int | None = None
     alert_mail_admins: bool = False
     sentry_crons: bool = False
+    metrics: bool = False
 
     @classmethod
     def from_dict(cls, raw: Any) -> SchedulingSettings:
@@ -128,6 +130,14 @@ class SchedulingSettings:
                 "SCHEDULING['SENTRY_CRONS'] is True but sentry_sdk is not installed; install it "
                 'with pip install "django-scheduling[sentry]"'
             )
+        if (
+            reader.values["METRICS"] is True
+            and importlib.util.find_spec("prometheus_client") is None
+        ):
+            problems.append(
+                "SCHEDULING['METRICS'] is True but prometheus_client is not installed; install "
+                'it with pip install "django-scheduling[prometheus]"'
+            )
         # Each value is None only when its problem was noted, and then nothing is built.
         fields: dict[str, Any] = {
             "autostart": reader.boolean("AUTOSTART"),
@@ -156,6 +166,7 @@ class SchedulingSettings:
             ),
             "alert_mail_admins": reader.boolean("ALERT_MAIL_ADMINS"),
             "sentry_crons": reader.boolean("SENTRY_CRONS"),
+            "metrics": reader.boolean("METRICS"),
         }
         if problems:
             raise InvalidSettings(problems)

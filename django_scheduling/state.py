@@ -156,8 +156,7 @@ def sync_tasks(
         stale = sorted(name for name in present if name not in declared)
         now_value = datetime_adapter(connections[using])(now)
         for first in range(0, len(stale), _CHUNK):
-            batch = stale[first : first + _CHUNK]
-            _update_in_order(using, batch, f"{removed} = %s", [now_value])
+            _update_in_order(using, stale[first : first + _CHUNK], f"{removed} = %s", [now_value])
     return states
 
 
@@ -214,8 +213,8 @@ def publish_next_fire_times(times: dict[str, datetime | None], *, using: str) ->
         by_time.setdefault(when, []).append(name)
     for when, names in by_time.items():
         for first in range(0, len(names), _CHUNK):
-            batch = names[first : first + _CHUNK]
-            _update_in_order(using, batch, f"{target} = %s{cast}", [adapt(when)])
+            group = names[first : first + _CHUNK]
+            _update_in_order(using, group, f"{target} = %s{cast}", [adapt(when)])
 
 
 def describe(trigger: Trigger) -> str:

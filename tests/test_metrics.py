@@ -152,7 +152,7 @@ class GunicornMetricsTests(TransactionTestCase):
             SCHEDULING_AUTOSTART="1",
             TESTAPP_TASKS="",
             TESTAPP_OBSERVABILITY="1",
-            SCHEDULING_EXTRA=json.dumps({"TASK_MODULE": "observability_tasks"}),
+            SCHEDULING_EXTRA=json.dumps({"TASK_MODULE": "observability_tasks", "METRICS": True}),
             PROMETHEUS_MULTIPROC_DIR=multiproc_dir,
         )
         options = ["--no-control-socket"] if gunicorn.version_info >= (25, 1) else []
@@ -217,7 +217,7 @@ class MetricsPortTests(TransactionTestCase):
         env = process_env(
             TESTAPP_TASKS="",
             TESTAPP_OBSERVABILITY="1",
-            SCHEDULING_EXTRA=json.dumps({"TASK_MODULE": "observability_tasks"}),
+            SCHEDULING_EXTRA=json.dumps({"TASK_MODULE": "observability_tasks", "METRICS": True}),
         )
         proc = manage("runscheduler", "--metrics-port", str(port), env=env)
         self.addCleanup(proc.kill)
@@ -262,3 +262,36 @@ class MetricsPortTests(TransactionTestCase):
         self.assertEqual(completed.returncode, 1, completed.stderr)
         self.assertIn('pip install "django-scheduling[prometheus]"', completed.stderr)
         self.assertNotIn("Traceback", completed.stderr)
+        wanted = subprocess.run(
+            [sys.executable, "-c", blocked, "check"],
+            cwd=ROOT,
+            env={**env, "SCHEDULING_EXTRA": json.dumps({"METRICS": True})},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        self.assertEqual(wanted.returncode, 1, wanted.stderr)
+        self.assertIn("SCHEDULING['METRICS'] is True but prometheus_client", wanted.stderr)
+        self.assertIn('pip install "django-scheduling[prometheus]"', wanted.stderr)
+        self.assertNotIn("Traceback", wanted.stderr)
+
+    def test_the_metrics_are_recorded_only_with_the_setting(self):
+        probe = (
+            "from django_scheduling import metrics; "
+            "print('recording', metrics._metrics is not None)"
+        )
+        for extra, expected in (({}, "recording False"), ({"METRICS": True}, "recording True")):
+            with self.subTest(extra=extra):
+                env = process_env(TESTAPP_TASKS="", SCHEDULING_EXTRA=json.dumps(extra))
+                completed = subprocess.run(
+                    [sys.executable, "manage.py", "shell", "-c", probe],
+                    cwd=ROOT,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+                self.assertEqual(completed.returncode, 0, completed.stderr)
+                self.assertIn(expected, completed.stdout)
