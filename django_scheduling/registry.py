@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
-from types import FunctionType
+from types import FunctionType, MappingProxyType
 from typing import Any, TypeVar
 
 from . import engines
@@ -85,6 +85,10 @@ def _origin(func: Any, engine: str | None) -> str:
     if function is None:
         return f"{engine} task {getattr(func, 'name', '?')}"
     return f"{function.__module__}.{function.__qualname__}"
+
+
+#: The keyword arguments of the tasks called without any; read-only, as it is shared.
+_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
 
 
 def _definition(func: Any, name: str | None, **options: Any) -> TaskDefinition:
@@ -238,7 +242,12 @@ def _calls(
             raise _Invalid("function", str(exc)) from None
     elif expires is False:
         expires_td = False
-    return {"args": tuple(args), "kwargs": dict(kwargs), "expires": expires_td}
+    # No arguments (the usual case): every task shares one empty mapping.
+    return {
+        "args": tuple(args),
+        "kwargs": dict(kwargs) if kwargs else _NO_KWARGS,
+        "expires": expires_td,
+    }
 
 
 #: The trigger options of the tasks declared so far, one dict per distinct set.
