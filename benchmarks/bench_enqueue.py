@@ -93,9 +93,11 @@ from benchmarks.bench_end_to_end import (  # noqa: E402
     Failed,
     cleanup,
     interrupt_on_sigterm,
+    migrate,
     percentile,
     sleep_until,
     stop_all,
+    without_nan,
 )
 
 RESULTS = BENCH_DIR / "results"
@@ -351,20 +353,6 @@ class Runner:
         if not self.args.keep:
             shutil.rmtree(work, ignore_errors=True)
         return result
-
-
-def migrate(env: dict[str, str]) -> None:
-    done = subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--no-input", "-v0"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise Failed(f"manage.py migrate failed:\n{(done.stdout + done.stderr)[-3000:]}")
 
 
 def wait_ready(config: Config, children: list[Child], launch: Any, restarts: list[str]) -> float:
@@ -807,16 +795,6 @@ def summary(results: list[dict]) -> str:
             "instead (one active scheduler, the other on standby)."
         )
     return " ".join(parts)
-
-
-def without_nan(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {key: without_nan(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [without_nan(item) for item in value]
-    return value
 
 
 def comma_list(choices: Sequence[str] | None, cast: Any = str) -> Any:
