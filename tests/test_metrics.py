@@ -240,36 +240,17 @@ class MetricsPortTests(TransactionTestCase):
             "execute_from_command_line(sys.argv)"
         )
         env = process_env(TESTAPP_TASKS="")
-        check = subprocess.run(
-            [sys.executable, "-c", blocked, "check"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        check = _run([sys.executable, "-c", blocked, "check"], env=env)
         self.assertEqual(check.returncode, 0, check.stderr)
-        completed = subprocess.run(
-            [sys.executable, "-c", blocked, "runscheduler", "--metrics-port", "9"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        completed = _run(
+            [sys.executable, "-c", blocked, "runscheduler", "--metrics-port", "9"], env=env
         )
         self.assertEqual(completed.returncode, 1, completed.stderr)
         self.assertIn('pip install "django-scheduling[prometheus]"', completed.stderr)
         self.assertNotIn("Traceback", completed.stderr)
-        wanted = subprocess.run(
+        wanted = _run(
             [sys.executable, "-c", blocked, "check"],
-            cwd=ROOT,
             env={**env, "SCHEDULING_EXTRA": json.dumps({"METRICS": True})},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
         )
         self.assertEqual(wanted.returncode, 1, wanted.stderr)
         self.assertIn("SCHEDULING['METRICS'] is True but prometheus_client", wanted.stderr)
@@ -284,14 +265,13 @@ class MetricsPortTests(TransactionTestCase):
         for extra, expected in (({}, "recording False"), ({"METRICS": True}, "recording True")):
             with self.subTest(extra=extra):
                 env = process_env(TESTAPP_TASKS="", SCHEDULING_EXTRA=json.dumps(extra))
-                completed = subprocess.run(
-                    [sys.executable, "manage.py", "shell", "-c", probe],
-                    cwd=ROOT,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                    check=False,
-                )
+                completed = _run([sys.executable, "manage.py", "shell", "-c", probe], env=env)
                 self.assertEqual(completed.returncode, 0, completed.stderr)
                 self.assertIn(expected, completed.stdout)
+
+
+def _run(command: list[str], *, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run *command* in the project's directory with *env*, capturing its output."""
+    return subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
