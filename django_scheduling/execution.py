@@ -662,6 +662,9 @@ class TaskRunner:
     ) -> None:
         found = state.read_rows([spec.name for spec in specs], using=self.using)
         now = self.clock()
+        # A burst claimed ahead of its instant is decided, claimed and recorded as at that
+        # instant: what every instance decides then (see ``scheduler.claim_ahead``).
+        instant = max([now, *(firing for firing in firings if isinstance(firing, datetime))])
         remembered: dict[int, _Remembered] = {}
         for spec in specs:
             if id(spec.trigger) not in remembered:
@@ -680,7 +683,8 @@ class TaskRunner:
                 outcomes[index] = self._next(spec)
                 continue
             trigger = remembered[id(spec.trigger)]
-            decision = decide(trigger, spec.described, row, now=now, firing=firing)  # type: ignore[arg-type]
+            at = max(now, firing) if isinstance(firing, datetime) else now
+            decision = decide(trigger, spec.described, row, now=at, firing=firing)  # type: ignore[arg-type]
             if isinstance(decision, Skip):
                 if decision.claim is None:  # a paused task's claim needs the lock: run()
                     outcomes[index] = self._decided_skip(spec, firing, decision)
@@ -702,7 +706,7 @@ class TaskRunner:
                     run_ids: list[int | None] = []
                     claimed: dict[str, datetime | None] = {}
                     if won:
-                        started = self.clock()
+                        started = max(self.clock(), instant)
                         run_ids, claimed = self._record_and_claim(
                             specs, to_run, won, started, remembered
                         )
@@ -725,15 +729,28 @@ class TaskRunner:
                     "Claiming %d firings met a concurrent claim; trying again", len(configs)
                 )
         try:
+            taken = self._claimed_meanwhile(specs, to_run, locks)
             for index in to_run:
                 spec = specs[index]
-                if spec.name not in locks:
+                if spec.name in taken:
+                    # Its lock and its fire time went to another instance after the row was
+                    # read: settled, nothing to look at again.
+                    spec.state = replace(spec.state, last_fire_time=taken[spec.name])
+                    spec.recheck = None
+                    self._count_skip(spec, to_run[index].fire_time, "already run")
+                    outcomes[index] = self._next(spec)
+                elif spec.name not in locks:
                     holder = found.locks.get(spec.name)
                     outcomes[index] = self._locked_elsewhere(spec, firings[index], holder)
                 else:
                     spec.recheck = spec.locked_since = spec.locked_holder = None
             if won:
-                self._start_batch(specs, to_run, won, run_ids, claimed, outcomes)
+                ahead = {
+                    i: firing
+                    for i in to_run
+                    if isinstance(firing := firings[i], datetime) and firing > now
+                }
+                self._start_batch(specs, to_run, won, run_ids, claimed, outcomes, ahead)
         except Exception:
             # After the commit: what was claimed and will not run now must not stay locked.
             pending = [
@@ -743,6 +760,27 @@ class TaskRunner:
             ]
             self._release_unrun([lock for lock, _ in pending], [r for _, r in pending if r])
             raise
+
+    def _claimed_meanwhile(
+        self, specs: list[TaskSpec], decisions: dict[int, Run], locks: dict[str, Any]
+    ) -> dict[str, datetime]:
+        """Return the last fire times of the firings of *decisions* whose lock was not taken
+        because another instance claimed them since their rows were read (in one statement).
+
+        Instances claiming the same burst meet this way; without a look at the rows, each such
+        firing would be looked at again a second later (see ``_locked_elsewhere``).
+        """
+        missed = {specs[i].name: decisions[i].fire_time for i in decisions}
+        missed = {name: fire for name, fire in missed.items() if name not in locks}
+        if not missed:
+            return {}
+        claims = state.read_claims(list(missed), using=self.using)
+        taken = {}
+        for name, fire_time in missed.items():
+            last = claims.get(name, (None, None))[0]
+            if last is not None and fire_time is not None and last >= fire_time:
+                taken[name] = last
+        return taken
 
     def _record_and_claim(
         self,
@@ -775,8 +813,10 @@ class TaskRunner:
         run_ids: list[int | None],
         claimed: dict[str, datetime | None],
         outcomes: list[Outcome],
+        ahead: dict[int, datetime],
     ) -> None:
-        """Make each claimed firing of *won* a ``Call``; release the locks of the others."""
+        """Make each claimed firing of *won* a ``Call``, that starts at its time in *ahead* if
+        it was claimed ahead of it; release the locks of the others."""
         unrun_locks, unrun_ids = [], []
         for (index, lock), run_id in zip(won, run_ids, strict=True):
             spec = specs[index]
@@ -796,7 +836,8 @@ class TaskRunner:
             with self._counts_lock:
                 self._claimed[spec.name] = _Running(run_id, held)
             outcomes[index] = Call(
-                functools.partial(self._run_claimed, spec, fire_time, run_id, held, planned)
+                functools.partial(self._run_claimed, spec, fire_time, run_id, held, planned),
+                ahead.get(index),
             )
         if unrun_locks:
             self._release_unrun(unrun_locks, unrun_ids)

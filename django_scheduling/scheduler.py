@@ -40,6 +40,22 @@ _RETRY_MIN, _RETRY_MAX = 1.0, 60.0
 BATCH_SIZE = 100
 #: Threads that claim batches: one waits on the database while the other works.
 CLAIM_THREADS = 2
+#: A burst of more than ``BATCH_SIZE`` firings due at one instant is claimed ahead of that
+#: instant, this many seconds per firing (1,000 firings: half a second ahead, 10,000: five),
+#: so that its claims are over when it is due; each claimed firing still starts at its time.
+CLAIM_AHEAD_PER_FIRING = 0.0005
+#: ...and never longer ahead than this.
+CLAIM_AHEAD_MAX = 10.0
+#: The generations of heap items that are not an entry's schedule: a run request, and a
+#: firing claimed ahead that waits for its time.
+_REQUEST, _CLAIMED = -1, -2
+
+
+def claim_ahead(count: int) -> float:
+    """Return how many seconds before its instant a burst of *count* firings is claimed."""
+    if count <= BATCH_SIZE:
+        return 0.0  # one batch: claimed at its time, within a few milliseconds
+    return min(count * CLAIM_AHEAD_PER_FIRING, CLAIM_AHEAD_MAX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +78,8 @@ class Call:
     and from another thread."""
 
     run: Callable[[Callable[[datetime | None], None]], None]
+    #: Claimed ahead of its time: it starts no earlier than this.
+    at: datetime | None = None
 
 
 class Single(enum.Enum):
@@ -130,10 +148,21 @@ class BatchRunner(Runner, Protocol):
         """Wait until the ends of the runs started from batches are recorded."""
 
 
+#: An item of the delay queue: (when, sequence, generation, entry, firing or claimed call).
+_Item = tuple[float, int, int, Entry, Any]
+
+
 @dataclass
 class _State:
-    heap: list[tuple[float, int, int, Entry, Firing]] = field(default_factory=list)
+    heap: list[_Item] = field(default_factory=list)
     entries: dict[str, Entry] = field(default_factory=dict)
+    #: How many firings the runner can batch wait in the heap, by instant: a burst.
+    bursts: dict[float, int] = field(default_factory=dict)
+    #: The last instant whose burst was taken ahead.
+    taken_ahead: float = 0.0
+    #: The firings claimed ahead, by the instant they wait for (the heap holds one item for
+    #: each instant).
+    claimed: dict[float, list[tuple[Entry, Call]]] = field(default_factory=dict)
 
 
 def in_batches(due: list[_Work], size: int, *, start: float) -> list[list[_Work]]:
@@ -274,6 +303,13 @@ class Scheduler:
         if self._batches is not None:
             # Batches being claimed hand their firings to the pool: wait for them first.
             self._batches.shutdown(wait=True, timeout=remaining())
+            # Firings claimed ahead are this instance's to run: each at its time.
+            with self._cond:
+                claimed = sorted(self._state.claimed.items())
+                self._state.claimed.clear()
+            for _, calls in claimed:
+                for entry, call in calls:
+                    self._submit_call(entry, call)
         self.pool.shutdown(wait=True, timeout=remaining())
         if self._batches is not None:
             self.runner.drain(remaining())  # type: ignore[attr-defined]
@@ -298,20 +334,35 @@ class Scheduler:
         else:
             at = when.timestamp()
             self._recent = (when, at)
-        was_first = not self._state.heap or at < self._state.heap[0][0]
         # A run request is not superseded by a later push of the entry's schedule.
         generation = entry.generation
         if isinstance(firing, RunRequest):
-            generation, entry.request_queued = -1, True
-        heapq.heappush(self._state.heap, (at, next(self._seq), generation, entry, firing))
+            generation, entry.request_queued = _REQUEST, True
+        self._heap_push(at, generation, entry, firing)
+        if generation == _REQUEST or self._batches is None:
+            return
+        if self.runner.batchable(entry, firing):  # type: ignore[attr-defined]
+            bursts = self._state.bursts
+            count = bursts[at] = bursts.get(at, 0) + 1
+            if at == self._state.taken_ahead and count == 1:
+                self._cond.notify()  # late for a burst taken ahead: claimed ahead too
+            elif count > BATCH_SIZE and count % BATCH_SIZE == 1 and self._state.heap[0][0] == at:
+                self._cond.notify()  # the next burst grew: it may be claimed earlier
+
+    def _heap_push(self, at: float, generation: int, entry: Entry, item: Any) -> None:
+        was_first = not self._state.heap or at < self._state.heap[0][0]
+        heapq.heappush(self._state.heap, (at, next(self._seq), generation, entry, item))
         if was_first:
             self._cond.notify()
 
     def _dispatch_loop(self) -> None:
         while True:
-            due = self._take_due()
-            if due is None:
+            taken = self._take_due()
+            if taken is None:
                 return
+            due, calls = taken
+            for entry, call in calls:
+                self._submit_call(entry, call)
             if self._batches is not None:
                 due = self._submit_batches(due)
             for firing in due:
@@ -358,11 +409,26 @@ class Scheduler:
                 self._finish(work.entry, outcome, reschedule=True)
 
     def _submit_call(self, entry: Entry, call: Call) -> None:
+        """Hand the claimed firing *call* to the pool, or to the heap until its time."""
+        at = call.at.timestamp() if call.at is not None else 0.0
+        if at > time.time():
+            with self._cond:
+                if not self.stopping:
+                    waiting = self._state.claimed.get(at)
+                    if waiting is None:
+                        waiting = self._state.claimed[at] = []
+                        self._heap_push(at, _CLAIMED, entry, None)
+                    waiting.append((entry, call))
+                    return
+
         def done(next_time: datetime | None) -> None:
             entry.failures = 0
             self._finish(entry, next_time, reschedule=True)
 
         def run() -> None:
+            # Claimed ahead, and handed over at a stop: the dispatcher no longer waits for it.
+            if (wait := at - time.time()) > 0:
+                time.sleep(wait)
             try:
                 with stopping_context(lambda: self.stopping):
                     call.run(done)
@@ -377,30 +443,70 @@ class Scheduler:
             # pool is shutting down), so the claim thread runs it.
             run()
 
-    def _take_due(self) -> list[_Work] | None:
-        """Wait until entries are due and return them; None once the scheduler stops."""
+    def _take_due(self) -> tuple[list[_Work], list[tuple[Entry, Call]]] | None:
+        """Wait until entries are due, or a burst is to be claimed ahead, and return them with
+        the firings claimed ahead whose time has come; None once the scheduler stops."""
         with self._cond:
+            state = self._state
             while not self.stopping:
-                heap = self._state.heap
+                heap = state.heap
                 now = time.time()
-                due: list[_Work] = []
-                while heap and heap[0][0] <= now:
-                    _, _, generation, entry, firing = heapq.heappop(heap)
-                    if generation == -1:  # a run request
-                        entry.request_queued = False
-                        if entry.running:
-                            assert isinstance(firing, RunRequest)
-                            entry.pending_request = entry.pending_request or firing
-                            continue
-                    elif generation != entry.generation or entry.running:
-                        continue  # superseded by a later push
-                    entry.running = True
-                    due.append(_Work(self, entry, firing))
-                if due:
-                    return due
-                timeout = min(heap[0][0] - now, self.MAX_SLEEP) if heap else self.MAX_SLEEP
-                self._cond.wait(timeout)
+                limit = wake = heap[0][0] if heap else now + self.MAX_SLEEP
+                if wake > now and wake != state.taken_ahead:
+                    ahead = claim_ahead(state.bursts.get(wake, 0))
+                    if wake - ahead <= now:
+                        # Its batchable firings leave ahead of time, now and as they come.
+                        state.taken_ahead = wake
+                    else:
+                        wake -= ahead
+                if limit != state.taken_ahead or limit <= now or not state.bursts.get(limit):
+                    limit = now
+                due, calls = self._pop(limit, now)
+                if due or calls:
+                    return due, calls
+                self._cond.wait(min(wake - now, self.MAX_SLEEP))
             return None
+
+    def _pop(self, limit: float, now: float) -> tuple[list[_Work], list[tuple[Entry, Call]]]:
+        """Pop the heap up to *limit*: the due entries and the claimed calls due by *now*.
+
+        A *limit* after *now* takes a burst ahead: only firings the runner batches leave the
+        heap; the others wait there for their time."""
+        heap, bursts = self._state.heap, self._state.bursts
+        due: list[_Work] = []
+        calls: list[tuple[Entry, Call]] = []
+        kept: list[_Item] = []
+        runner: Any = self.runner
+        while heap and heap[0][0] <= limit:
+            item = heapq.heappop(heap)
+            at, _, generation, entry, firing = item
+            if bursts:
+                bursts.pop(at, None)
+            if generation == _CLAIMED:
+                if at > now:
+                    kept.append(item)
+                else:
+                    calls += self._state.claimed.pop(at, ())
+                continue
+            if generation == _REQUEST:
+                if at > now:
+                    kept.append(item)
+                    continue
+                entry.request_queued = False
+                if entry.running:
+                    assert isinstance(firing, RunRequest)
+                    entry.pending_request = entry.pending_request or firing
+                    continue
+            elif generation != entry.generation or entry.running:
+                continue  # superseded by a later push
+            elif at > now and not runner.batchable(entry, firing):
+                kept.append(item)
+                continue
+            entry.running = True
+            due.append(_Work(self, entry, firing))
+        for item in kept:
+            heapq.heappush(heap, item)
+        return due, calls
 
     def _submit(self, work: _Work) -> None:
         try:

@@ -163,6 +163,28 @@ class BatchTests(TransactionTestCase):
             self.assertLessEqual(lock.lock_until, datetime.now(UTC))
         self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
 
+    def test_a_batch_claimed_ahead_is_decided_and_recorded_as_at_its_instant(self):
+        definitions, counters = self.tasks(5)
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        self.clock.now = T0 - timedelta(milliseconds=700)  # the burst is taken ahead
+        outcomes = a.batch(entries, T0)
+        self.assertTrue(all(isinstance(o, Call) and o.at == T0 for o in outcomes), outcomes)
+        self.assertEqual([c.count for c in counters], [0] * 5)  # claimed, not run
+        runs = TaskRun.objects.all()
+        self.assertEqual(
+            {(r.status, r.scheduled_at, r.started_at) for r in runs}, {(RunStatus.RUNNING, T0, T0)}
+        )
+        self.assertEqual(set(ScheduledTask.objects.values_list("last_fire_time", flat=True)), {T0})
+        self.clock.now = T0
+        self.assertEqual(a.run_calls(entries, outcomes), 5)
+        self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
+        # Claimed at the time itself, a firing starts at once.
+        self.clock.now = T0 + timedelta(seconds=10)
+        outcomes = a.batch(entries, T0 + timedelta(seconds=10))
+        self.assertEqual({o.at for o in outcomes}, {None})
+        a.run_calls(entries, outcomes)
+
     def test_two_instances_batching_the_same_firings_run_each_once(self):
         definitions, counters = self.tasks(30)
         a, b = self.instance("a"), self.instance("b")
@@ -264,6 +286,27 @@ class BatchTests(TransactionTestCase):
         self.assertEqual([c.count for c in counters], [1, 0, 1])
         self.assertEqual(ScheduledTask.objects.get(name="job001").last_fire_time, None)
         held.unlock()
+
+    def test_firings_another_instance_claims_after_the_read_move_on_without_a_recheck(self):
+        definitions, counters = self.tasks(4)
+        a, b = self.instance("a"), self.instance("b")
+        entries_a, entries_b = a.entries(definitions), b.entries(definitions)
+        names = [entry.name for entry in entries_b]
+        before = state.read_rows(names, using="default")  # b reads, then a claims
+        claimed = a.batch(entries_a, T0)
+        self.assertTrue(all(isinstance(outcome, Call) for outcome in claimed))
+        read_rows = state.read_rows
+        state.read_rows = lambda *args, **kwargs: before
+        try:
+            outcomes = b.batch(entries_b, T0)
+        finally:
+            state.read_rows = read_rows
+        # b found the locks taken and the fire time claimed: it moves on to the next one,
+        # rather than look again a second later.
+        self.assertEqual(outcomes, [T0 + timedelta(seconds=10)] * 4)
+        self.assertEqual(b.runner.skipped, 4)
+        a.run_calls(entries_a, claimed)
+        self.assertEqual([c.count for c in counters], [1] * 4)
 
     def test_a_jittered_firing_found_locked_moves_on_once_claimed_elsewhere(self):
         (definition,), counters = self.tasks(1, fixed_rate="1m", jitter="20s")

@@ -4,6 +4,7 @@ Synchronisation is by events and polls with deadlines; assertions about timing l
 times the scheduler asked for, which are exact, not at measured durations.
 """
 
+import functools
 import itertools
 import threading
 import time
@@ -13,7 +14,15 @@ from datetime import UTC, datetime, timedelta
 from django.test import SimpleTestCase
 
 from django_scheduling import shutdown_requested
-from django_scheduling.scheduler import Entry, RunRequest, Scheduler
+from django_scheduling.scheduler import (
+    BATCH_SIZE,
+    CLAIM_AHEAD_MAX,
+    Call,
+    Entry,
+    RunRequest,
+    Scheduler,
+    claim_ahead,
+)
 from django_scheduling.triggers import FixedDelayTrigger, FixedRateTrigger, TriggerState
 
 DEADLINE = 10.0
@@ -340,3 +349,89 @@ class SchedulerTests(SimpleTestCase):
 
     def test_shutdown_requested_is_false_outside_a_stopping_scheduler(self):
         self.assertFalse(shutdown_requested())
+
+
+class BatchMemoryRunner(MemoryRunner):
+    """A runner that claims in batches, in memory: each claim notes when it was made, and
+    each claimed firing runs as a ``Call`` that starts at its time."""
+
+    def __init__(self, *, batchable=lambda entry: True):
+        super().__init__()
+        self.claims: list[tuple[datetime, datetime]] = []  # (claimed at, firing)
+        self._batchable = batchable
+
+    def batchable(self, entry, firing):
+        return isinstance(firing, datetime) and self._batchable(entry)
+
+    def run_batch(self, items):
+        claimed_at = now()
+        with self.lock:
+            self.claims.extend((claimed_at, firing) for _, firing in items)
+        return [
+            Call(functools.partial(self._run_call, entry, firing), firing)
+            for entry, firing in items
+        ]
+
+    def _run_call(self, entry, firing, done):
+        done(self.run(entry, firing))
+
+    def drain(self, timeout):
+        return True
+
+
+class ClaimAheadTests(SimpleTestCase):
+    """A burst of more than one batch is claimed ahead of its instant; nothing starts early."""
+
+    def make(self, runner):
+        scheduler = Scheduler(runner, core_pool_size=8, max_pool_size=8)
+        self.addCleanup(scheduler.shutdown, DEADLINE)
+        return scheduler
+
+    def burst(self, scheduler, count, at, *, prefix="task", trigger=None):
+        tasks = []
+        for index in range(count):
+            task = Task(trigger or FixedRateTrigger(timedelta(hours=1)))
+            task.state = TriggerState(anchor=at)
+            scheduler.add(Entry(f"{prefix}{index:05}", task))
+            tasks.append(task)
+        return tasks
+
+    def test_how_far_ahead_grows_with_the_burst_up_to_a_cap(self):
+        self.assertEqual(claim_ahead(1), 0.0)
+        self.assertEqual(claim_ahead(BATCH_SIZE), 0.0)
+        self.assertAlmostEqual(claim_ahead(1_000), 0.5)
+        self.assertAlmostEqual(claim_ahead(10_000), 5.0)
+        self.assertEqual(claim_ahead(10**7), CLAIM_AHEAD_MAX)
+
+    def test_a_large_burst_is_claimed_before_its_instant_and_nothing_starts_before_it(self):
+        runner = BatchMemoryRunner(batchable=lambda entry: not entry.name.startswith("single"))
+        scheduler = self.make(runner)
+        instant = now() + timedelta(seconds=2)
+        burst = self.burst(scheduler, 2_000, instant)  # claimed 1 s ahead
+        singles = self.burst(scheduler, 3, instant, prefix="single")  # not batched: at once
+        scheduler.start()
+        wait_for(lambda: all(task.runs for task in burst + singles))
+        self.assertEqual(len(runner.claims), 2_000)
+        self.assertTrue(all(claimed_at < firing for claimed_at, firing in runner.claims))
+        self.assertEqual({task.runs[0][0] for task in burst + singles}, {instant})
+        self.assertGreaterEqual(min(task.runs[0][1] for task in burst + singles), instant)
+
+    def test_a_burst_of_one_batch_is_claimed_at_its_instant(self):
+        runner = BatchMemoryRunner()
+        scheduler = self.make(runner)
+        instant = now() + timedelta(milliseconds=300)
+        tasks = self.burst(scheduler, BATCH_SIZE, instant)
+        scheduler.start()
+        wait_for(lambda: all(task.runs for task in tasks))
+        self.assertGreaterEqual(min(claimed_at for claimed_at, _ in runner.claims), instant)
+
+    def test_firings_claimed_ahead_still_run_at_their_time_when_the_scheduler_stops(self):
+        runner = BatchMemoryRunner()
+        scheduler = self.make(runner)
+        instant = now() + timedelta(seconds=3)
+        tasks = self.burst(scheduler, 2_000, instant)  # claimed 1 s ahead
+        scheduler.start()
+        wait_for(lambda: len(runner.claims) == 2_000)
+        self.assertEqual(scheduler.shutdown(DEADLINE), [])
+        self.assertTrue(all(len(task.runs) == 1 for task in tasks))
+        self.assertGreaterEqual(min(task.runs[0][1] for task in tasks), instant)
