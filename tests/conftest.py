@@ -6,7 +6,7 @@ skipped) in the others. A test marked ``@pytest.mark.secondary_database`` runs o
 ``SECONDARY_DATABASE_URL`` configures the alias ``secondary``. A test marked
 ``@pytest.mark.sessions("6.1", "5.2/sqlite")`` runs only in those sessions of the matrix (a
 Django version, optionally with a database) and is deselected in the others; with
-``TEST_ENGINES_FULL=1`` it runs everywhere.
+``TEST_ALL_SESSIONS=1`` it runs everywhere.
 """
 
 import os
@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _in_sessions(sessions: tuple[str, ...], vendor: str) -> bool:
-    if os.environ.get("TEST_ENGINES_FULL"):
+    if os.environ.get("TEST_ALL_SESSIONS"):
         return True
     version = "{}.{}".format(*django.VERSION[:2])
     for session in sessions:

@@ -4,7 +4,7 @@ on Redis (tests/engines_celery.py, ``TEST_REDIS_URL``).
 The tasks (tests/testapp/engine_tasks.py) write a row per call, named after their schedule and
 their result's id, with the pid of the process that ran them; the checks join those rows with
 the run history. The three-scheduler tests run on Django 6.1 (on each database of its
-sessions), or anywhere with ``TEST_ENGINES_FULL=1``; Django 5.2 runs a light one on the
+sessions), or anywhere with ``TEST_ALL_SESSIONS=1``; Django 5.2 runs a light one on the
 django-tasks backport (SQLite only). Elsewhere they are deselected (``@pytest.mark.sessions``).
 """
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.processes
 
 SECOND = timedelta(seconds=1)
 REDIS_DEFAULT = "redis://127.0.0.1:63799/0"
-FULL = django.VERSION[:2] == (6, 1) or bool(os.environ.get("TEST_ENGINES_FULL"))
+FULL = django.VERSION[:2] == (6, 1) or bool(os.environ.get("TEST_ALL_SESSIONS"))
 #: Three schedulers and two workers: in the Django 6.1 sessions (deselected elsewhere).
 only_full = pytest.mark.sessions("6.1")
 

@@ -27,7 +27,9 @@ from django_scheduling.models import RunStatus, TaskLock, TaskRun
 from .processes import ROOT, Process, manage, poll, process_env, skewed
 from .testapp.models import Execution
 
-pytestmark = pytest.mark.processes
+# Every database on Django 6.1; Django 5.2 on MariaDB only: the suite's slowest tests, whose
+# subject is the processes and the database, not the Django version.
+pytestmark = [pytest.mark.processes, pytest.mark.sessions("6.1", "5.2/mysql")]
 
 SECOND = timedelta(seconds=1)
 EVERY_SECOND = ["every_second_cron", "every_second_rate", "every_second_delay"]

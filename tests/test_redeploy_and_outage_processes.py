@@ -38,7 +38,9 @@ from django_scheduling.triggers import make_trigger
 from .processes import ROOT, Process, manage, poll, process_env
 from .testapp.models import Execution
 
-pytestmark = pytest.mark.processes
+# Every database on Django 6.1; Django 5.2 on MariaDB only: the suite's slowest tests, whose
+# subject is the processes and the database, not the Django version.
+pytestmark = [pytest.mark.processes, pytest.mark.sessions("6.1", "5.2/mysql")]
 
 FAKETIME = next(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"), None)
 #: The first deployment of the zone-change check runs this far in the past: zones differ by

@@ -34,7 +34,9 @@ from django_scheduling.models import (
 from .processes import Process, manage, poll, process_env
 from .testapp.models import Execution
 
-pytestmark = pytest.mark.processes
+# Every database on Django 6.1; Django 5.2 on MariaDB only: the suite's slowest tests, whose
+# subject is the processes and the database, not the Django version.
+pytestmark = [pytest.mark.processes, pytest.mark.sessions("6.1", "5.2/mysql")]
 
 SECOND = timedelta(seconds=1)
 AUTOSTARTED_PID = re.compile(r"Scheduler autostarted in process (\d+)")
