@@ -15,7 +15,6 @@ from __future__ import annotations
 import enum
 import functools
 import heapq
-import itertools
 import logging
 import random
 import threading
@@ -108,6 +107,9 @@ class Entry:
     generation: int = 0
     failures: int = 0  # runner errors in a row
 
+    def __lt__(self, other: Entry) -> bool:
+        return self.name < other.name
+
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass is 3x slower to create
 class _Work:
@@ -148,8 +150,9 @@ class BatchRunner(Runner, Protocol):
         """Wait until the ends of the runs started from batches are recorded."""
 
 
-#: An item of the delay queue: (when, sequence, generation, entry, firing or claimed call).
-_Item = tuple[float, int, int, Entry, Any]
+#: An item of the delay queue: (when, generation, entry, firing). Items due at the same time
+#: are ordered by generation, then by entry name (an entry has one item of a generation).
+_Item = tuple[float, int, Entry, Any]
 
 
 @dataclass
@@ -226,7 +229,6 @@ class Scheduler:
         self._recent: tuple[datetime | None, float] = (None, 0.0)  # the last time pushed
         self._state = _State()
         self._cond = threading.Condition()
-        self._seq = itertools.count()
         self._dispatcher: threading.Thread | None = None
 
     # -- public API ----------------------------------------------------------------------------
@@ -351,7 +353,7 @@ class Scheduler:
 
     def _heap_push(self, at: float, generation: int, entry: Entry, item: Any) -> None:
         was_first = not self._state.heap or at < self._state.heap[0][0]
-        heapq.heappush(self._state.heap, (at, next(self._seq), generation, entry, item))
+        heapq.heappush(self._state.heap, (at, generation, entry, item))
         if was_first:
             self._cond.notify()
 
@@ -479,7 +481,7 @@ class Scheduler:
         runner: Any = self.runner
         while heap and heap[0][0] <= limit:
             item = heapq.heappop(heap)
-            at, _, generation, entry, firing = item
+            at, generation, entry, firing = item
             if bursts:
                 bursts.pop(at, None)
             if generation == _CLAIMED:
