@@ -221,7 +221,14 @@ class SchedulerTests(SimpleTestCase):
         wait_for(lambda: len(calls) >= 2, timeout=5)
         # The second attempt waited for the back-off (1 s), and the next one doubles it.
         self.assertGreaterEqual(calls[1] - calls[0], 0.9)
-        wait_for(lambda: entry.failures >= 2)
+
+        def second_failure_rescheduled():
+            # The failure count goes up before the entry is put back with its retry time: look
+            # under the scheduler's lock, which the reschedule holds throughout.
+            with scheduler._cond:
+                return entry.failures >= 2 and not entry.running
+
+        wait_for(second_failure_rescheduled)
         self.assertGreaterEqual(
             entry.next_fire_time - now(), timedelta(seconds=1) - timedelta(milliseconds=100)
         )
