@@ -29,7 +29,7 @@ nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).resolve().parent
-#: Sessions run in the order they are listed, three at a time (``scripts/test``): the longest
+#: Sessions run in the order they are listed, four at a time (``scripts/test``): the longest
 #: first, so that the short ones fill the gaps at the end.
 EVERY_DATABASE = ["mysql", "postgresql", "sqlite"]
 SUBSET = [
