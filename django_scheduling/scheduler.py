@@ -405,10 +405,19 @@ class Scheduler:
             if isinstance(outcome, Call):
                 self._submit_call(work.entry, outcome)
             elif outcome is SINGLE:
-                self._submit(work)
+                if isinstance(work.firing, datetime) and work.firing.timestamp() > time.time():
+                    # Taken ahead with its burst: it goes alone, at its time, not before.
+                    self._submit_call(
+                        work.entry, Call(functools.partial(self._run_single, work), work.firing)
+                    )
+                else:
+                    self._submit(work)
             else:
                 work.entry.failures = 0
                 self._finish(work.entry, outcome, reschedule=True)
+
+    def _run_single(self, work: _Work, done: Callable[[datetime | None], None]) -> None:
+        done(self.runner.run(work.entry, work.firing))
 
     def _submit_call(self, entry: Entry, call: Call) -> None:
         """Hand the claimed firing *call* to the pool, or to the heap until its time."""

@@ -19,6 +19,7 @@ from django_scheduling.scheduler import (
     CLAIM_AHEAD_MAX,
     Call,
     Entry,
+    SINGLE,
     RunRequest,
     Scheduler,
     claim_ahead,
@@ -375,7 +376,9 @@ class BatchMemoryRunner(MemoryRunner):
         with self.lock:
             self.claims.extend((claimed_at, firing) for _, firing in items)
         return [
-            Call(functools.partial(self._run_call, entry, firing), firing)
+            SINGLE
+            if entry.name.startswith("alone")
+            else Call(functools.partial(self._run_call, entry, firing), firing)
             for entry, firing in items
         ]
 
@@ -422,6 +425,21 @@ class ClaimAheadTests(SimpleTestCase):
         self.assertTrue(all(claimed_at < firing for claimed_at, firing in runner.claims))
         self.assertEqual({task.runs[0][0] for task in burst + singles}, {instant})
         self.assertGreaterEqual(min(task.runs[0][1] for task in burst + singles), instant)
+
+    def test_a_firing_of_a_burst_taken_ahead_that_must_go_alone_goes_at_its_instant(self):
+        # A paused task's firing, or a batch whose claim kept conflicting: the runner leaves it
+        # to the single path, which must not see it before its time (it would find it not due,
+        # reschedule it at the instant and have it taken ahead again, over and over).
+        runner = BatchMemoryRunner()
+        scheduler = self.make(runner)
+        instant = now() + timedelta(seconds=2)
+        burst = self.burst(scheduler, 2_000, instant)
+        alone = self.burst(scheduler, 3, instant, prefix="alone")
+        scheduler.start()
+        wait_for(lambda: all(task.runs for task in burst + alone))
+        self.assertEqual([len(task.runs) for task in alone], [1, 1, 1])
+        self.assertGreaterEqual(min(task.runs[0][1] for task in alone), instant)
+        self.assertEqual(len(runner.claims), 2_003)  # each taken ahead once
 
     def test_a_burst_of_one_batch_is_claimed_at_its_instant(self):
         runner = BatchMemoryRunner()
