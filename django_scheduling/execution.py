@@ -322,10 +322,15 @@ class TaskRunner:
         self._database_answered(spec)
         if claimed is None or claimed < spec.recheck:
             return False
-        spec.state = replace(spec.state, last_fire_time=claimed)
-        spec.recheck = None
-        self._count_skip(spec, claimed, "already run")
+        self._settled_elsewhere(spec, claimed)
         return True
+
+    def _settled_elsewhere(self, spec: TaskSpec, last: datetime) -> None:
+        """Note that another instance claimed the fire time *last* of *spec*: its schedule
+        moves on from there, with nothing left to look at again."""
+        spec.state = replace(spec.state, last_fire_time=last)
+        spec.recheck = None
+        self._count_skip(spec, last, "already run")
 
     def _still_replaced(self, spec: TaskSpec) -> bool:
         """Return whether the row still holds the newer deployment's trigger (one read,
@@ -678,8 +683,7 @@ class TaskRunner:
             spec.state = row.state
             last = row.state.last_fire_time
             if spec.recheck is not None and last is not None and last >= spec.recheck:
-                spec.recheck = None  # claimed elsewhere since it was found locked
-                self._count_skip(spec, last, "already run")
+                self._settled_elsewhere(spec, last)  # claimed since it was found locked
                 outcomes[index] = self._next(spec)
                 continue
             trigger = remembered[id(spec.trigger)]
@@ -734,10 +738,8 @@ class TaskRunner:
                 spec = specs[index]
                 if spec.name in taken:
                     # Its lock and its fire time went to another instance after the row was
-                    # read: settled, nothing to look at again.
-                    spec.state = replace(spec.state, last_fire_time=taken[spec.name])
-                    spec.recheck = None
-                    self._count_skip(spec, to_run[index].fire_time, "already run")
+                    # read.
+                    self._settled_elsewhere(spec, taken[spec.name])
                     outcomes[index] = self._next(spec)
                 elif spec.name not in locks:
                     holder = found.locks.get(spec.name)
