@@ -776,7 +776,15 @@ class TaskRunner:
         missed = {name: fire for name, fire in missed.items() if name not in locks}
         if not missed:
             return {}
-        claims = state.read_claims(list(missed), using=self.using)
+        try:
+            claims = state.read_claims(list(missed), using=self.using)
+        except DatabaseError as exc:
+            # After the commit: the claimed firings must still start. These are looked at
+            # again, as any firing found locked is.
+            logger.warning(
+                "Could not read the rows of %d firings found locked: %s", len(missed), exc
+            )
+            return {}
         taken = {}
         for name, fire_time in missed.items():
             last = claims.get(name, (None, None))[0]

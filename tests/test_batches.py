@@ -308,6 +308,28 @@ class BatchTests(TransactionTestCase):
         a.run_calls(entries_a, claimed)
         self.assertEqual([c.count for c in counters], [1] * 4)
 
+    def test_a_failed_look_at_firings_claimed_meanwhile_still_starts_those_claimed_here(self):
+        definitions, counters = self.tasks(4)
+        a, b = self.instance("a"), self.instance("b")
+        entries_a, entries_b = a.entries(definitions), b.entries(definitions)
+        before = state.read_rows([entry.name for entry in entries_b], using="default")
+        claimed = a.batch(entries_a[:2], T0)  # a claims two after b's read
+        read_rows, read_claims = state.read_rows, state.read_claims
+
+        def unavailable(*args, **kwargs):
+            raise OperationalError("the database went away")
+
+        state.read_rows, state.read_claims = (lambda *args, **kwargs: before), unavailable
+        try:
+            outcomes = b.batch(entries_b, T0)
+        finally:
+            state.read_rows, state.read_claims = read_rows, read_claims
+        # Its own claims (committed) still start; the two found locked are looked at again.
+        self.assertEqual(outcomes[:2], [T0 + timedelta(seconds=1)] * 2)
+        self.assertTrue(all(isinstance(outcome, Call) for outcome in outcomes[2:]))
+        self.assertEqual(a.run_calls(entries_a[:2], claimed) + b.run_calls(entries_b, outcomes), 4)
+        self.assertEqual([c.count for c in counters], [1] * 4)
+
     def test_a_jittered_firing_found_locked_moves_on_once_claimed_elsewhere(self):
         (definition,), counters = self.tasks(1, fixed_rate="1m", jitter="20s")
         a = self.instance("a")
