@@ -94,8 +94,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from django_scheduling.scheduler import CLAIM_AHEAD_MAX
-
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 RESULTS = BENCH_DIR / "results"
@@ -573,6 +571,9 @@ class Runner:
     def window(
         self, config: Config, ready_at: float, burst: float | None, seconds: int, warmup: int
     ) -> Window:
+        # Here, not at the top: the APScheduler worker runs this file without the project.
+        from django_scheduling.scheduler import claim_ahead
+
         if burst is None:
             first = float(math.ceil(ready_at + warmup))
             last = first + seconds
@@ -586,9 +587,9 @@ class Runner:
             burst += 60  # start-up took longer than planned: the next minute
         return Window(
             slots=[burst],
-            # From before the scheduler claims the burst ahead of its instant (at most
-            # CLAIM_AHEAD_MAX), so that its statements and CPU count.
-            start=max(burst - CLAIM_AHEAD_MAX - 1, ready_at),
+            # From before the scheduler claims the burst ahead of its instant, so that its
+            # statements and CPU count.
+            start=max(burst - claim_ahead(config.tasks) - 0.2, ready_at),
             end=burst + seconds,
             deadline=burst + seconds,
             burst_second=int(burst % 60),
