@@ -29,8 +29,8 @@ nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).resolve().parent
-#: Sessions run in the order they are listed, four at a time (``scripts/test``): the longest
-#: first, so that the short ones fill the gaps at the end.
+#: Sessions run in the order they are listed, four at a time (``scripts/test``): Django 5.2,
+#: then 6.1 (the whole suite), then the short Django 6.0 subset, which fills the gaps at the end.
 EVERY_DATABASE = ["mysql", "postgresql", "sqlite"]
 SUBSET = [
     "tests/test_locking_contract.py",
