@@ -97,8 +97,8 @@ def report(
             {
                 "name": task.name,
                 "trigger": task.trigger,
-                "next_fire_time": _due(task).isoformat(),
-                "late_seconds": round((now - _due(task)).total_seconds(), 3),
+                "next_fire_time": due_at(task).isoformat(),
+                "late_seconds": round((now - due_at(task)).total_seconds(), 3),
             }
             for task in tasks
         ],
@@ -107,7 +107,7 @@ def report(
     }
 
 
-def _due(task: ScheduledTask) -> datetime:
+def due_at(task: ScheduledTask) -> datetime:
     """Return an overdue task's next fire time, which ``overdue_tasks()`` requires to be set."""
     assert task.next_fire_time is not None
     return task.next_fire_time

@@ -18,7 +18,7 @@ from django.utils import timezone
 from ...checks import describe, scheduler_errors
 from ...conf import get_settings
 from ...durations import format_duration, parse_duration
-from ...health import report
+from ...health import due_at, report
 from ...models import ScheduledTask
 from ...monitoring import overdue_tasks
 
@@ -61,7 +61,6 @@ class Command(BaseCommand):
         if options["overdue_after"] is not None:
             overdue_after = _overdue_after(options["overdue_after"])
         now = timezone.now()
-        tasks = list(overdue_tasks(now=now, overdue_after=overdue_after, using=conf.database))
         if options["json"]:
             body = report(
                 now=now,
@@ -70,18 +69,21 @@ class Command(BaseCommand):
                 using=conf.database,
             )
             self.stdout.write(json.dumps(body))
-        elif tasks:
+            overdue = len(body["overdue"])
+        else:
+            tasks = list(overdue_tasks(now=now, overdue_after=overdue_after, using=conf.database))
             for task in tasks:
                 self.stdout.write(
-                    f"{task.name}  due {_local(_due(task))}  "
+                    f"{task.name}  due {_local(due_at(task))}  "
                     f"late by {_late(task, now=now)}  ({task.trigger})"
                 )
-        else:
-            self.stdout.write("No overdue tasks.")
-        if tasks:
+            if not tasks:
+                self.stdout.write("No overdue tasks.")
+            overdue = len(tasks)
+        if overdue:
             limit = format_duration(overdue_after)
             raise CommandError(
-                f"{len(tasks)} overdue task(s) (late by more than {limit})", returncode=1
+                f"{overdue} overdue task(s) (late by more than {limit})", returncode=1
             )
 
 
@@ -105,10 +107,4 @@ def _local(moment: datetime) -> str:
 
 
 def _late(task: ScheduledTask, *, now: datetime) -> str:
-    return format_duration(timedelta(seconds=round((now - _due(task)).total_seconds())))
-
-
-def _due(task: ScheduledTask) -> datetime:
-    """Return an overdue task's next fire time, which ``overdue_tasks()`` requires to be set."""
-    assert task.next_fire_time is not None
-    return task.next_fire_time
+    return format_duration(timedelta(seconds=round((now - due_at(task)).total_seconds())))
