@@ -23,7 +23,7 @@ from .trends import CHART_RUNS, RunPoint
 
 __all__ = ["STATUS_COLOURS", "status_label", "run_chart", "sparkline", "timeline_strip"]
 
-#: The fill of each run status; other statuses (e.g. "enqueued") are grey.
+#: The fill of each run status; an unknown status is grey.
 STATUS_COLOURS = {
     RunStatus.SUCCEEDED.value: "#16a34a",
     RunStatus.FAILED.value: "#dc2626",
@@ -31,20 +31,16 @@ STATUS_COLOURS = {
     RunStatus.INTERRUPTED.value: "#f59e0b",
     RunStatus.REJECTED.value: "#ea580c",
     RunStatus.RUNNING.value: "#2563eb",
-    "enqueued": "#94a3b8",
+    RunStatus.ENQUEUED.value: "#94a3b8",
 }
 OTHER_COLOUR = "#6b7280"
 LATE_COLOUR = "#7c3aed"
-_LABELS = {**dict(RunStatus.choices), "enqueued": "enqueued"}
+_LABELS = dict(RunStatus.choices)
 
 
 def status_label(status: str) -> str:
     """Return the label of run status *status*; an unknown status is shown as it is."""
     return str(_LABELS.get(status, status))
-
-
-def _seconds(duration: timedelta) -> str:
-    return format_run_duration(duration)
 
 
 def _clock(moment: datetime) -> str:
@@ -57,10 +53,10 @@ def _run_title(point: RunPoint) -> str:
         _("run %(id)s") % {"id": point.id},
         status_label(point.status),
         format_time(point.started_at),
-        _seconds(point.duration) if point.duration is not None else _("no duration"),
+        format_run_duration(point.duration) if point.duration is not None else _("no duration"),
     ]
     if point.late and point.lateness is not None:
-        parts.append(_("started %(late)s late") % {"late": _seconds(point.lateness)})
+        parts.append(_("started %(late)s late") % {"late": format_run_duration(point.lateness)})
     return " · ".join(parts)
 
 
@@ -130,7 +126,7 @@ def run_chart(points: Sequence[RunPoint], *, slots: int = CHART_RUNS) -> SafeStr
         % {"count": len(points)},
         _LEFT - 6,
         _TOP + 10,
-        _seconds(longest) if longest else "",
+        format_run_duration(longest) if longest else "",
         _LEFT - 6,
         axis_y,
         _LEFT,  # the times at the ends of the axis: they never overlap

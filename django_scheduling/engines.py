@@ -156,16 +156,15 @@ def enqueue(
     return Enqueued(CELERY, str(async_result.id))
 
 
-def outcome(backend: str, result_id: str, *, timeout: float | None = None) -> str:
+def outcome(backend: str, result_id: str) -> str:
     """Return what the engine *backend* says of the result *result_id*, for the admin.
 
-    Never raises, and never waits for the engine more than *timeout* seconds (default:
-    ``deadline.OUTCOME_TIMEOUT``): the lookup runs on a small shared thread pool. An engine that
-    cannot tell, fails to answer, or does not answer in time is said so.
+    Never raises, and never waits for the engine more than ``deadline.OUTCOME_TIMEOUT``
+    seconds: the lookup runs on a small shared thread pool. An engine that cannot tell, fails
+    to answer, or does not answer in time is said so.
     """
     from .deadline import OUTCOME_TIMEOUT, MissedDeadline, call_with_deadline
 
-    timeout = OUTCOME_TIMEOUT if timeout is None else timeout
     lookup: Callable[[], str]
     try:
         if backend.startswith(f"{DJANGO_TASKS}:"):
@@ -197,15 +196,15 @@ def outcome(backend: str, result_id: str, *, timeout: float | None = None) -> st
 
         else:
             return f"outcome not reported by backend {backend}"
-        return call_with_deadline(lookup, timeout=timeout)
+        return call_with_deadline(lookup, timeout=OUTCOME_TIMEOUT)
     except MissedDeadline:
         logger.warning(
             "The outcome of %s on %s was not read: no answer within %g s",
             result_id,
             backend,
-            timeout,
+            OUTCOME_TIMEOUT,
         )
-        return f"outcome unknown: the backend did not answer within {timeout:g} s"
+        return f"outcome unknown: the backend did not answer within {OUTCOME_TIMEOUT:g} s"
     except Exception as exc:
         logger.warning("Could not read the outcome of %s on %s: %s", result_id, backend, exc)
         return f"outcome unknown: {type(exc).__name__}: {exc}"

@@ -4,8 +4,8 @@
 default registry and connects receivers to the run signals; without prometheus_client it does
 nothing. The names and labels are public API:
 
-- ``django_scheduling_runs_total{task, status}``: finished runs, ``status`` is ``succeeded`` or
-  ``failed``;
+- ``django_scheduling_runs_total{task, status}``: finished runs, ``status`` is ``succeeded``,
+  ``failed`` or ``enqueued``;
 - ``django_scheduling_run_duration_seconds{task}``: a histogram of run durations;
 - ``django_scheduling_lateness_seconds{task}``: a histogram of start minus fire time;
 - ``django_scheduling_skipped_total{task, reason}``: firings not run, by ``run_skipped`` reason;
