@@ -17,9 +17,9 @@ from django_scheduling import shutdown_requested
 from django_scheduling.scheduler import (
     BATCH_SIZE,
     CLAIM_AHEAD_MAX,
+    SINGLE,
     Call,
     Entry,
-    SINGLE,
     RunRequest,
     Scheduler,
     claim_ahead,
