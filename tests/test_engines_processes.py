@@ -24,7 +24,7 @@ from django.test import TransactionTestCase
 from django_tasks_db.models import DBTaskResult
 
 from django_scheduling import engines
-from django_scheduling.models import RunStatus, TaskRun
+from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
 
 from .processes import Process, celery_worker, db_worker, manage, poll, process_env
 from .testapp.models import Execution
@@ -188,6 +188,15 @@ class EngineProcessTests(TransactionTestCase):
             lambda: TaskRun.objects.filter(task_name="celery_every_1s").first(),
             timeout=30,
             message="no firing started",
+        )
+        # The run is recorded just before its claim: kill only once the claim has committed
+        # (the row names the run), while the publish hangs.
+        poll(
+            lambda: ScheduledTask.objects.filter(
+                name="celery_every_1s", last_run_id=run.pk
+            ).exists(),
+            timeout=30,
+            message="the firing's claim did not commit",
         )
         stuck.kill()
         self.assertEqual(run.status, RunStatus.RUNNING)
