@@ -17,10 +17,12 @@ import atexit
 import logging
 import os
 import re
+import signal
 import sys
 import threading
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from types import FrameType
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -202,8 +204,34 @@ def start_service() -> None:
             logger.error("The scheduler is not starting in process %s: %s", pid, exc)
             return
         _service, _service_pid = service, pid
-    atexit.register(service.stop, _exit_timeout())
+    timeout = _exit_timeout()
+    atexit.register(service.stop, timeout)
+    if timeout == 0.0:
+        _stop_on_interrupt(service.stop)
     logger.info("Scheduler autostarted in process %s", pid)
+
+
+def _stop_on_interrupt(stop: Callable[[float], object]) -> None:
+    """Start stopping the scheduler the moment Ctrl-C arrives, on a thread of its own, then
+    interrupt as before.
+
+    runserver's autoreloader kills its serving child a quarter of a second after Ctrl-C. The
+    stop at exit (atexit) only begins once the main thread has unwound, and never when Python
+    swallows the ``KeyboardInterrupt`` (raised inside a finalizer); begun here, it has that
+    quarter of a second whatever the main thread does, and atexit waits for it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set a signal handler
+    previous = signal.getsignal(signal.SIGINT)
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        threading.Thread(target=stop, args=(0.0,), name="scheduling-interrupt").start()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupted)
 
 
 def _autostart_setting() -> bool:

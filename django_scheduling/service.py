@@ -41,6 +41,9 @@ T = TypeVar("T")
 #: How often the start-up tries a step that met another instance's writes (a deadlock, a
 #: serialization failure) before it gives up.
 START_ATTEMPTS = 5
+#: How long a second ``stop()`` waits, beyond the shutdown timeout (waited at most twice: for a
+#: start under way, then for the running tasks), for the first to write its records.
+_STOP_WRITES_TIMEOUT = 10.0
 
 
 class SchedulerService:
@@ -69,6 +72,7 @@ class SchedulerService:
         self.outbox = Outbox()
         self.specs: list[TaskSpec] = []
         self._stopped = threading.Event()
+        self._stop_done = threading.Event()
         self._start_lock = threading.Lock()
 
     def check(self) -> None:
@@ -235,10 +239,19 @@ class SchedulerService:
         Runs still going after *timeout* are marked interrupted and their locks released: the
         process is about to exit, and another instance may take the task over at once.
         """
+        wait = self.conf.shutdown_timeout.total_seconds() if timeout is None else timeout
         if self._stopped.is_set():
+            # Another thread is stopping it (runserver's Ctrl-C, then atexit): let it finish,
+            # or the process could exit halfway through its writes.
+            self._stop_done.wait(2 * wait + _STOP_WRITES_TIMEOUT)
             return []
         self._stopped.set()
-        wait = self.conf.shutdown_timeout.total_seconds() if timeout is None else timeout
+        try:
+            return self._stop(wait)
+        finally:
+            self._stop_done.set()
+
+    def _stop(self, wait: float) -> list[str]:
         # Let a start under way finish first, but not for longer than the shutdown may take:
         # a start stuck on an unreachable database must not hold up the process's exit.
         if not self._start_lock.acquire(timeout=wait):

@@ -11,16 +11,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
+from unittest import mock
 
 import gunicorn
 import pytest
 from django.db import DatabaseError, OperationalError, ProgrammingError, connection
 from django.test import SimpleTestCase, TransactionTestCase
 
-from django_scheduling.autostart import describe_database_error, missing_table, serving_mode
+from django_scheduling.autostart import (
+    _stop_on_interrupt,
+    describe_database_error,
+    missing_table,
+    serving_mode,
+)
 
 from .processes import ROOT, Process, poll, process_env
 from .testapp.models import Execution
@@ -275,6 +283,51 @@ class StartThreadTests(TransactionTestCase):
         self.assertIn("Cannot start the scheduler; trying again in 1.0s", failure)
         self.assertIn("RuntimeError: failed once", failure)
         self.assertEqual(list(service.next_fire_times()), ["fails.once"])
+
+
+class InterruptTests(SimpleTestCase):
+    """Under runserver, Ctrl-C starts stopping the scheduler at once, on a thread of its own:
+    the autoreloader kills its serving child a quarter of a second later."""
+
+    def install(self, previous) -> threading.Event:
+        saved = signal.signal(signal.SIGINT, previous)
+        self.addCleanup(signal.signal, signal.SIGINT, saved)
+        stopped = threading.Event()
+        timeouts = []
+
+        def stop(timeout: float) -> None:
+            timeouts.append(timeout)
+            stopped.set()
+
+        self.addCleanup(lambda: self.assertEqual(timeouts, [0.0]))
+        _stop_on_interrupt(stop)
+        return stopped
+
+    def test_ctrl_c_starts_the_stop_and_still_interrupts(self):
+        stopped = self.install(signal.default_int_handler)
+        with self.assertRaises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        self.assertTrue(stopped.wait(10), "Ctrl-C did not stop the scheduler")
+
+    def test_the_stop_starts_even_when_the_interrupt_is_swallowed(self):
+        """Python swallows an exception raised in a finalizer ("Exception ignored in"): the
+        main thread goes on serving, and only the stop begun by the handler runs."""
+        stopped = self.install(signal.default_int_handler)
+        swallowed = []
+
+        class Finalized:
+            def __del__(self):
+                signal.raise_signal(signal.SIGINT)
+
+        with mock.patch.object(sys, "unraisablehook", swallowed.append):
+            Finalized()
+        self.assertEqual([type(hook.exc_value) for hook in swallowed], [KeyboardInterrupt])
+        self.assertTrue(stopped.wait(10), "the swallowed Ctrl-C did not stop the scheduler")
+
+    def test_an_ignored_sigint_stays_ignored(self):
+        stopped = self.install(signal.SIG_IGN)
+        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt
+        self.assertTrue(stopped.wait(10))
 
 
 class MissingTableTests(TransactionTestCase):

@@ -245,6 +245,37 @@ class ServiceTests(TransactionTestCase):
         self.assertFalse([name for name in threads if "dispatcher" in name], threads)
 
 
+class StopTests(TransactionTestCase):
+    def test_a_second_stop_returns_once_the_first_has_written_its_records(self):
+        """runserver's Ctrl-C stops the scheduler on a thread, then atexit calls stop() again:
+        that call must not return (and let the process exit) halfway through the first."""
+        started = threading.Event()
+        definitions = TaskRegistry()
+        definition = definitions.add(
+            lambda: (started.set(), threading.Event().wait(30)), fixed_rate="1h", name="long"
+        )
+        service = SchedulerService([definition])
+        service.start()
+        self.addCleanup(service.stop, 5)
+        self.assertTrue(started.wait(15))
+        assert service.runner is not None
+        marking, mark = threading.Event(), service.runner.interrupted
+
+        def slow_marking(names: list[str]) -> None:
+            marking.set()
+            threading.Event().wait(2)  # the first stop is slow to write its records
+            mark(names)
+
+        service.runner.interrupted = slow_marking  # type: ignore[method-assign]
+        first = threading.Thread(target=service.stop, args=(0.0,))
+        first.start()
+        self.addCleanup(first.join, 30)
+        self.assertTrue(marking.wait(15))
+        service.stop(0.0)
+        # The first stop marked the run interrupted before the second returned.
+        self.assertEqual(TaskRun.objects.get(task_name="long").status, RunStatus.INTERRUPTED)
+
+
 class HousekeepingServiceTests(TransactionTestCase):
     def test_a_running_service_prunes_and_marks_lost_runs(self):
         now = datetime.now(UTC)
