@@ -43,7 +43,7 @@ import time
 import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone, translation
@@ -78,30 +78,75 @@ LOCKED_RECHECK = timedelta(seconds=1)
 LOCKED_REPORT_AFTER = timedelta(minutes=1)
 
 
-@dataclass(slots=True)  # one per task, for as long as the scheduler runs
-class TaskSpec:
-    """A task as the runner sees it: definition, trigger, lock, and its state as last known."""
+@dataclass(slots=True)
+class _Trouble:
+    """What a task keeps only while it meets trouble: database errors, a lock held elsewhere,
+    a newer deployment's trigger. Most tasks never need it."""
 
-    definition: TaskDefinition
-    trigger: Trigger
-    lock_config: LockConfiguration | None
-    state: TriggerState
-    described: str = ""
-    #: Each firing waits a deterministic offset in [0, jitter) after its fire time.
-    jitter: timedelta = timedelta(0)
-    failures: int = 0  # database errors in a row
+    database_failures: int = 0  # database errors in a row
     #: A fire time skipped as locked that is looked at again, while it may still be run.
     recheck: datetime | None = None
     locked_since: datetime | None = None
     locked_holder: tuple[datetime, str, datetime] | None = None
-    longest_run: timedelta = timedelta(0)
     warned_trigger: str | None = None
+
+    def settled(self) -> bool:
+        return not self.database_failures and all(
+            value is None
+            for value in (self.recheck, self.locked_since, self.locked_holder, self.warned_trigger)
+        )
+
+
+def _trouble_field(name: str) -> Any:
+    """A ``TaskSpec`` attribute kept in its ``_Trouble``, which exists only while one of them
+    is set: a task without trouble costs one pointer for all of them."""
+
+    def get(spec: TaskSpec) -> Any:
+        trouble = spec._trouble
+        return getattr(_NO_TROUBLE if trouble is None else trouble, name)
+
+    def set_(spec: TaskSpec, value: Any) -> None:
+        trouble = spec._trouble
+        if trouble is None:
+            if value == getattr(_NO_TROUBLE, name):
+                return
+            trouble = spec._trouble = _Trouble()
+        setattr(trouble, name, value)
+        if trouble.settled():
+            spec._trouble = None
+
+    return property(get, set_)
+
+
+_NO_TROUBLE = _Trouble()
+
+
+# One per task, for as long as the scheduler runs: the scheduler's entry itself (its payload
+# is itself), so that a task costs one object.
+@dataclass(eq=False, slots=True, kw_only=True)
+class TaskSpec(Entry):
+    """A task as the runner sees it: definition, trigger, and its state as last known; it is
+    also the task's entry in the scheduler's delay queue."""
+
+    definition: TaskDefinition
+    trigger: Trigger
+    state: TriggerState
+    described: str = ""
+    #: Each firing waits a deterministic offset in [0, jitter) after its fire time.
+    jitter: timedelta = timedelta(0)
+    longest_run: timedelta = timedelta(0)
     #: The function is a coroutine function (looked up once: ``inspect`` is slow).
     is_async: bool = False
+    _trouble: _Trouble | None = None
 
-    @property
-    def name(self) -> str:
-        return self.definition.name
+    def __post_init__(self) -> None:
+        self.payload = self
+
+    database_failures = _trouble_field("database_failures")
+    recheck = _trouble_field("recheck")
+    locked_since = _trouble_field("locked_since")
+    locked_holder = _trouble_field("locked_holder")
+    warned_trigger = _trouble_field("warned_trigger")
 
 
 @dataclass
@@ -189,20 +234,20 @@ class TaskRunner:
         )
         return [
             TaskSpec(
-                d,
-                t,
-                self._lock_config(d),
-                states[d.name],
-                state.describe(t),
-                jitter,
+                name=d.name,
+                definition=d,
+                trigger=t,
+                state=states[d.name],
+                described=state.describe(t),
+                jitter=jitter,
                 is_async=d.is_async,
             )
             for d, t, jitter in built
         ]
 
-    def _lock_config(self, definition: TaskDefinition) -> LockConfiguration | None:
-        if not definition.lock:
-            return None
+    def _lock_config(self, definition: TaskDefinition) -> LockConfiguration:
+        """Return the lock of a locked task; built when it is taken, rather than kept per
+        task."""
         most = definition.lock_at_most_for or self.conf.lock_at_most_for
         least = definition.lock_at_least_for
         if least is None:
@@ -229,7 +274,7 @@ class TaskRunner:
     def run(self, entry: Entry, firing: Firing) -> datetime | None:
         """Run one firing of *entry* and return when it fires next; never raise."""
         spec: TaskSpec = entry.payload
-        if spec.definition.engine is not None and spec.lock_config is not None:
+        if spec.definition.engine is not None and spec.definition.lock:
             # Only the enqueue runs here, never task code: the thread keeps its connection, as
             # the claim threads do, rather than connect once per firing.
             with self._enqueue_connection.use():
@@ -239,7 +284,7 @@ class TaskRunner:
                     return self._back_off(spec, firing, exc)
         close_old_connections()
         try:
-            if spec.lock_config is None:
+            if not spec.definition.lock:
                 return self._run_unlocked(spec, firing)
             return self._run_locked(spec, firing)
         except Exception as exc:
@@ -275,14 +320,13 @@ class TaskRunner:
         return self._next(spec)
 
     def _run_locked(self, spec: TaskSpec, firing: Firing) -> datetime | None:
-        assert spec.lock_config is not None
         if isinstance(firing, datetime) and spec.recheck is not None:
             if self._claimed_since(spec):
                 return self._next(spec)
         if isinstance(firing, datetime) and spec.warned_trigger == spec.described:
             if self._still_replaced(spec):
                 return self._skipped_firing(spec, firing, TRIGGER_CHANGED, assume_ran=True)
-        lock = self.provider.lock(spec.lock_config)
+        lock = self.provider.lock(self._lock_config(spec.definition))
         metrics.lock_attempted(spec.name, lock is not None)
         if lock is None:
             return self._locked_elsewhere(spec, firing)
@@ -634,7 +678,7 @@ class TaskRunner:
         return (
             self.writer is not None
             and spec.definition.engine is None  # enqueued one at a time: see _enqueue()
-            and spec.lock_config is not None
+            and spec.definition.lock
             and isinstance(firing, datetime)
             and hasattr(self.provider, "lock_many")
         )
@@ -696,7 +740,7 @@ class TaskRunner:
             to_run[index] = decision
         if not to_run:
             return
-        configs = [cast(LockConfiguration, specs[index].lock_config) for index in to_run]
+        configs = [self._lock_config(specs[index].definition) for index in to_run]
         absent = {config.name for config in configs if config.name not in found.locks}
         for attempt in (1, 2):
             try:
@@ -1051,7 +1095,7 @@ class TaskRunner:
         # time, or a run without a claim (manual, unlocked) needs another write.
         claimed = planned is not None
         write_row = spec.trigger.kind == "fixed_delay" or not claimed or next_time != planned
-        locked = spec.lock_config is not None
+        locked = spec.definition.lock
 
         def write() -> None:
             if run_id is not None and not run_recorded:
@@ -1243,8 +1287,8 @@ class TaskRunner:
 
     def _back_off(self, spec: TaskSpec, firing: Firing, exc: Exception) -> datetime:
         """Do not run; try again after a delay that doubles with each failure in a row."""
-        spec.failures += 1
-        backoff = min(2 ** (spec.failures - 1), _MAX_BACKOFF)
+        spec.database_failures += 1
+        backoff = min(2 ** (spec.database_failures - 1), _MAX_BACKOFF)
         fire_time = firing if isinstance(firing, datetime) else None
         if isinstance(exc, DatabaseError | LockError):
             self.outage.set()
@@ -1270,7 +1314,7 @@ class TaskRunner:
         return self.clock() + timedelta(seconds=backoff)
 
     def _database_answered(self, spec: TaskSpec) -> None:
-        spec.failures = 0
+        spec.database_failures = 0
 
     def _count_skip(self, spec: TaskSpec, fire_time: datetime | None, reason: str) -> None:
         with self._counts_lock:

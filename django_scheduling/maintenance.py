@@ -98,7 +98,7 @@ class Maintenance:
             # read-only failover) must leave them to their back-off, not retry every second.
             if outage is not None and outage.is_set() and self._failing:
                 outage.clear()
-                woken = self.scheduler.wake(lambda entry: entry.payload.failures > 0)
+                woken = self.scheduler.wake(lambda entry: entry.payload.database_failures > 0)
                 if woken:
                     logger.warning(
                         "The database answers again: %d task(s) that waited try now", len(woken)

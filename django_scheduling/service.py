@@ -29,7 +29,7 @@ from .locking import LockError, get_lock_provider
 from .locking.database import is_conflict
 from .outbox import Outbox
 from .registry import TaskDefinition, TaskRegistry, registry
-from .scheduler import Entry, Scheduler
+from .scheduler import Scheduler
 from .writer import EndWriter
 
 __all__ = ["SchedulerService"]
@@ -134,7 +134,7 @@ class SchedulerService:
             keep_alive=conf.keep_alive.total_seconds(),
             rejection_policy=conf.rejection_policy,
         )
-        first_times = {spec.name: self.scheduler.add(Entry(spec.name, spec)) for spec in self.specs}
+        first_times = {spec.name: self.scheduler.add(spec) for spec in self.specs}
         self._retrying(
             "publishing the next fire times",
             lambda: state.publish_next_fire_times(first_times, using=conf.database),

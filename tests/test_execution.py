@@ -9,16 +9,17 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
-from django.test import TransactionTestCase
+from django.test import SimpleTestCase, TransactionTestCase
 
 from django_scheduling import signals
 from django_scheduling.conf import get_settings
-from django_scheduling.execution import TaskRunner
+from django_scheduling.execution import TaskRunner, TaskSpec
 from django_scheduling.keepalive import KeepAlive
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.registry import TaskRegistry
 from django_scheduling.scheduler import Entry, RunRequest
+from django_scheduling.triggers import FixedRateTrigger, TriggerState
 
 T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
 
@@ -340,3 +341,39 @@ class ThreadStateTests(TransactionTestCase):
         runner.run(Entry(spec.name, spec), T0)
         self.assertEqual(translation.get_language(), default_language)
         self.assertEqual(timezone.get_current_timezone_name(), "UTC")
+
+
+class TaskSpecTests(SimpleTestCase):
+    """A task keeps what only trouble needs (database errors, a lock held elsewhere) in a
+    side object that exists only while there is trouble."""
+
+    def spec(self) -> TaskSpec:
+        definition = TaskRegistry().add(lambda: None, fixed_rate="1s", name="job")
+        return TaskSpec(
+            name="job",
+            definition=definition,
+            trigger=FixedRateTrigger(timedelta(seconds=1)),
+            state=TriggerState(),
+        )
+
+    def test_it_is_its_own_entry(self):
+        spec = self.spec()
+        self.assertIs(spec.payload, spec)
+        self.assertIsInstance(spec, Entry)
+
+    def test_trouble_comes_and_goes(self):
+        spec = self.spec()
+        spec.database_failures = 0
+        spec.recheck = None
+        self.assertIsNone(spec._trouble)
+        spec.database_failures += 1
+        spec.recheck = T0
+        self.assertEqual((spec.database_failures, spec.recheck), (1, T0))
+        self.assertIsNotNone(spec._trouble)
+        spec.database_failures = 0
+        self.assertEqual(spec.recheck, T0)  # the rest of the trouble stays
+        spec.recheck = None
+        self.assertIsNone(spec._trouble)
+        self.assertEqual(
+            (spec.database_failures, spec.recheck, spec.locked_holder), (0, None, None)
+        )

@@ -362,7 +362,7 @@ class OutageTests(Base):
         ran, entry = self.running_every_second()
         # A table the firings and the maintenance thread both read: the database "is down".
         with table_gone(ScheduledTask):
-            poll(lambda: entry.payload.failures >= 4, timeout=30)  # backing off 8 s now
+            poll(lambda: entry.payload.database_failures >= 4, timeout=30)  # backing off 8 s now
             ran.clear()
         back = utcnow()
         self.assertTrue(ran.wait(5), "the task did not run within 5 s of the database's return")
@@ -374,9 +374,9 @@ class OutageTests(Base):
         # must not be woken every second.
         _ran, entry = self.running_every_second()
         with table_gone(TaskLock):
-            poll(lambda: entry.payload.failures >= 3, timeout=30, interval=0.02)
+            poll(lambda: entry.payload.database_failures >= 3, timeout=30, interval=0.02)
             third = time.monotonic()
-            poll(lambda: entry.payload.failures >= 4, timeout=30, interval=0.02)
+            poll(lambda: entry.payload.database_failures >= 4, timeout=30, interval=0.02)
             # The fourth attempt waited out the back-off after the third failure (4 s).
             self.assertGreater(time.monotonic() - third, 3.0)
 

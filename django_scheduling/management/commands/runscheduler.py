@@ -168,7 +168,7 @@ class Command(BaseCommand):
     def _print_tasks(self, service: SchedulerService) -> None:
         times = service.next_fire_times()
         for spec in service.specs:
-            lock = "no lock" if spec.lock_config is None else "locked"
+            lock = "locked" if spec.definition.lock else "no lock"
             self.stdout.write(
                 f"  {spec.name}  {spec.trigger.describe()}  ({lock})  "
                 f"next {_local(times.get(spec.name))}"
