@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import inspect
 import logging
 import threading
 import time
@@ -81,7 +82,8 @@ LOCKED_REPORT_AFTER = timedelta(minutes=1)
 @dataclass(slots=True)
 class _Trouble:
     """What a task keeps only while it meets trouble: database errors, a lock held elsewhere,
-    a newer deployment's trigger. Most tasks never need it."""
+    a newer deployment's trigger, a run longer than ``LOCKED_REPORT_AFTER``. Most tasks never
+    need it."""
 
     database_failures: int = 0  # database errors in a row
     #: A fire time skipped as locked that is looked at again, while it may still be run.
@@ -89,11 +91,22 @@ class _Trouble:
     locked_since: datetime | None = None
     locked_holder: tuple[datetime, str, datetime] | None = None
     warned_trigger: str | None = None
+    #: The longest run of the task, once one ran longer than ``LOCKED_REPORT_AFTER``.
+    longest_run: timedelta = timedelta(0)
 
     def settled(self) -> bool:
-        return not self.database_failures and all(
-            value is None
-            for value in (self.recheck, self.locked_since, self.locked_holder, self.warned_trigger)
+        return (
+            not self.database_failures
+            and not self.longest_run
+            and all(
+                value is None
+                for value in (
+                    self.recheck,
+                    self.locked_since,
+                    self.locked_holder,
+                    self.warned_trigger,
+                )
+            )
         )
 
 
@@ -131,22 +144,24 @@ class TaskSpec(Entry):
     definition: TaskDefinition
     trigger: Trigger
     state: TriggerState
-    described: str = ""
     #: Each firing waits a deterministic offset in [0, jitter) after its fire time.
     jitter: timedelta = timedelta(0)
-    longest_run: timedelta = timedelta(0)
-    #: The function is a coroutine function (looked up once: ``inspect`` is slow).
-    is_async: bool = False
     _trouble: _Trouble | None = None
 
     def __post_init__(self) -> None:
         self.payload = self
+
+    @property
+    def described(self) -> str:
+        """The trigger as the row stores it (triggers keep their description)."""
+        return state.describe(self.trigger)
 
     database_failures = _trouble_field("database_failures")
     recheck = _trouble_field("recheck")
     locked_since = _trouble_field("locked_since")
     locked_holder = _trouble_field("locked_holder")
     warned_trigger = _trouble_field("warned_trigger")
+    longest_run = _trouble_field("longest_run")
 
 
 @dataclass
@@ -238,9 +253,7 @@ class TaskRunner:
                 definition=d,
                 trigger=t,
                 state=states[d.name],
-                described=state.describe(t),
                 jitter=jitter,
-                is_async=d.is_async,
             )
             for d, t, jitter in built
         ]
@@ -617,7 +630,8 @@ class TaskRunner:
         finally:
             with self._counts_lock:
                 self._running.pop(spec.name, None)
-        spec.longest_run = max(spec.longest_run, duration)
+        if duration > max(LOCKED_REPORT_AFTER, spec.longest_run):  # only such runs matter
+            spec.longest_run = duration
         finished = self.clock()
         spec.state = replace(spec.state, last_finished=finished)
         return status, error, duration, exc, finished
@@ -653,7 +667,7 @@ class TaskRunner:
         try:
             # In a copy of this thread's context: what the task sets in context variables
             # (Django's active translation and time zone among them) ends with its run.
-            contextvars.copy_context().run(_invoke, definition, spec.is_async, fire_time)
+            contextvars.copy_context().run(_invoke, definition, fire_time)
         except (Exception, SystemExit) as exc:  # sys.exit() in a task fails that run only
             duration = timedelta(seconds=time.perf_counter() - begun)
             logger.exception("Task %s failed after %s", spec.name, _ms(duration))
@@ -1376,13 +1390,12 @@ class TaskRunner:
         history.mark_interrupted(using=self.using, run_ids=run_ids, now=self.clock())
 
 
-def _invoke(definition: TaskDefinition, is_async: bool, fire_time: datetime | None) -> None:
+def _invoke(definition: TaskDefinition, fire_time: datetime | None) -> None:
     func, args, kwargs = definition.func, definition.args, definition.kwargs
     with firing_context(fire_time):
-        if is_async:
-            asyncio.run(func(*args, **kwargs))
-        else:
-            func(*args, **kwargs)
+        result = func(*args, **kwargs)
+        if inspect.iscoroutine(result):  # an async task: run it to its end on this thread
+            asyncio.run(result)
 
 
 def _locked_at(held: KeptAliveLock | None) -> datetime | None:

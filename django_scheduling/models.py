@@ -78,7 +78,9 @@ class ScheduledTask(models.Model):
         db_constraint=False,
         help_text=_("A lost run of a task with recover=True, waiting to be run again."),
     )
-    run_requested_at = models.DateTimeField(_("run requested at"), null=True, blank=True)
+    run_requested_at = models.DateTimeField(
+        _("run requested at"), null=True, blank=True, db_index=True
+    )
     removed_at = models.DateTimeField(
         _("removed from code at"),
         null=True,

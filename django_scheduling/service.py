@@ -13,9 +13,9 @@ import logging
 import os
 import random
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, connections
@@ -148,7 +148,7 @@ class SchedulerService:
             scheduler=self.scheduler,
             runner=self.runner,
             outbox=self.outbox,
-            tasks=(scheduled := {spec.name: spec.definition for spec in self.specs}),
+            tasks=(scheduled := _Scheduled(self.scheduler)),
             # Every declared task, when this instance runs only some of them.
             definitions=None
             if len(scheduled) == len(self.tasks)
@@ -291,3 +291,23 @@ class SchedulerService:
         close_old_connections()
         logger.info("Scheduler stopped")
         return still_running
+
+
+class _Scheduled(Mapping[str, TaskDefinition]):
+    """The definitions of the tasks a scheduler runs, by name, read from its entries (each a
+    ``TaskSpec``) rather than kept in a dict of their own."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    def __getitem__(self, name: str) -> TaskDefinition:
+        spec = self._scheduler.entry(name)
+        if spec is None:
+            raise KeyError(name)
+        return cast(TaskSpec, spec).definition
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([entry.name for entry in self._scheduler.entries()])
+
+    def __len__(self) -> int:
+        return self._scheduler.entry_count()

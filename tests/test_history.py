@@ -1,14 +1,16 @@
 """History and task rows: pruning, lost runs, the overdue rule, and keeping rows in step."""
 
+import re
 import threading
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django.core.management import call_command
+from django.db import connection
 from django.db.backends.signals import connection_created
 from django.test import TestCase, TransactionTestCase, override_settings
 
-from django_scheduling import history, monitoring, state
+from django_scheduling import history, maintenance, monitoring, state
 from django_scheduling import registry as registry_module
 from django_scheduling.clock import utcnow
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
@@ -292,3 +294,31 @@ class HousekeepingServiceTests(TransactionTestCase):
         poll(lambda: not TaskRun.objects.filter(pk=old.pk).exists(), timeout=15)
         dead.refresh_from_db()
         poll(lambda: TaskRun.objects.get(pk=dead.pk).status == RunStatus.LOST, timeout=15)
+
+
+class RequestPollTests(TransactionTestCase):
+    def test_the_poll_for_run_requests_searches_indexes_not_the_table(self):
+        """Every instance polls for "run now" and recoveries every second: with 10,000 tasks
+        it must not read every row (nor, on SQLite, keep them all in its page cache)."""
+        now = datetime.now(UTC)
+        ScheduledTask.objects.bulk_create(
+            ScheduledTask(name=f"poll.{index:05d}", kind="cron", trigger="cron @daily UTC")
+            for index in range(10_000)
+        )
+        ScheduledTask.objects.filter(name="poll.00042").update(run_requested_at=now)
+        lost = run("poll.00077", now - MINUTE, RunStatus.LOST)
+        ScheduledTask.objects.filter(name="poll.00077").update(recover_run=lost)
+        table = ScheduledTask._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(f"ANALYZE {'TABLE ' if connection.vendor == 'mysql' else ''}{table}")
+        rows = maintenance.requests(using="default")
+        self.assertCountEqual(
+            list(rows), [("poll.00042", now, None), ("poll.00077", None, lost.pk)]
+        )
+        plan = rows.explain()
+        full_scan = {
+            "sqlite": rf"SCAN {table}$",
+            "postgresql": "Seq Scan",
+            "mysql": rf"\b{table} ALL\b",
+        }[connection.vendor]
+        self.assertNotRegex(plan, re.compile(full_scan, re.MULTILINE), plan)

@@ -11,7 +11,7 @@ from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from ... import metrics
@@ -211,6 +211,7 @@ def _settle_memory() -> None:
     to sync the tasks are gone by now; glibc keeps their memory unless asked (``malloc_trim``;
     other C libraries have no such call, and keep theirs).
     """
+    connections.close_all()
     gc.collect()
     gc.freeze()
     try:
