@@ -61,7 +61,9 @@ class SchedulerService:
         self.conf = conf or get_settings()
         self.tasks = registry if tasks is None else tasks
         self.complete = definitions is None
-        self.definitions = list(self.tasks if definitions is None else definitions)
+        # The registry is read at start (not copied here: a list per task, for as long as
+        # the scheduler runs).
+        self._definitions = None if definitions is None else list(definitions)
         self.core_pool_size = core_pool_size
         self.max_pool_size = max_pool_size
         self.scheduler: Scheduler | None = None
@@ -70,7 +72,6 @@ class SchedulerService:
         self.writer: EndWriter | None = None
         self.maintenance: maintenance.Maintenance | None = None
         self.outbox = Outbox()
-        self.specs: list[TaskSpec] = []
         self._stopped = threading.Event()
         self._stop_done = threading.Event()
         self._start_lock = threading.Lock()
@@ -116,7 +117,7 @@ class SchedulerService:
             writer=self.writer,
         )
         runner = self.runner
-        self.specs = self._retrying(
+        specs = self._retrying(
             "syncing the task rows",
             lambda: runner.specs(self.definitions, complete=self.complete),
         )
@@ -134,7 +135,7 @@ class SchedulerService:
             keep_alive=conf.keep_alive.total_seconds(),
             rejection_policy=conf.rejection_policy,
         )
-        first_times = {spec.name: self.scheduler.add(spec) for spec in self.specs}
+        first_times = {spec.name: self.scheduler.add(spec) for spec in specs}
         self._retrying(
             "publishing the next fire times",
             lambda: state.publish_next_fire_times(first_times, using=conf.database),
@@ -155,7 +156,7 @@ class SchedulerService:
             else {definition.name: definition for definition in self.tasks},
         )
         self.maintenance.start()
-        logger.info("Scheduler started with %d task(s) as %s", len(self.specs), conf.instance_name)
+        logger.info("Scheduler started with %d task(s) as %s", len(specs), conf.instance_name)
 
     def _retrying(self, step: str, work: Callable[[], T]) -> T:
         """Return what *work* (a step of the start-up, safe to repeat) returns, trying it
@@ -185,6 +186,18 @@ class SchedulerService:
                 )
             self._stopped.wait(delay)
         raise AssertionError("not reached")  # for type checkers: the loop has no end
+
+    @property
+    def definitions(self) -> list[TaskDefinition]:
+        """The tasks this service runs: those it was given, or every task of the registry."""
+        return list(self.tasks) if self._definitions is None else self._definitions
+
+    @property
+    def specs(self) -> list[TaskSpec]:
+        """The tasks it runs, once started (each the scheduler's entry)."""
+        if self.scheduler is None:
+            return []
+        return cast(list[TaskSpec], self.scheduler.entries())
 
     def next_fire_times(self) -> dict[str, datetime | None]:
         assert self.scheduler is not None
