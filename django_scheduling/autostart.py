@@ -14,6 +14,7 @@ the process: it is logged at ERROR and the site keeps serving.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import re
@@ -223,13 +224,19 @@ def _stop_on_interrupt(stop: Callable[[float], object]) -> None:
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may set a signal handler
     previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous):
+        return  # SIGINT ignored (a server started with &) or left to the system: keep it so
+    stopping = threading.Event()
 
     def interrupted(signum: int, frame: FrameType | None) -> None:
-        threading.Thread(target=stop, args=(0.0,), name="scheduling-interrupt").start()
-        if callable(previous):
-            previous(signum, frame)
-        elif previous != signal.SIG_IGN:
-            raise KeyboardInterrupt
+        if not stopping.is_set():  # once: atexit's stop() waits for this one
+            stopping.set()
+            thread = threading.Thread(
+                target=stop, args=(0.0,), name="scheduling-interrupt", daemon=True
+            )
+            with contextlib.suppress(RuntimeError):  # the interpreter is shutting down
+                thread.start()
+        previous(signum, frame)
 
     signal.signal(signal.SIGINT, interrupted)
 

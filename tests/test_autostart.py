@@ -325,9 +325,18 @@ class InterruptTests(SimpleTestCase):
         self.assertTrue(stopped.wait(10), "the swallowed Ctrl-C did not stop the scheduler")
 
     def test_an_ignored_sigint_stays_ignored(self):
-        stopped = self.install(signal.SIG_IGN)
-        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt
-        self.assertTrue(stopped.wait(10))
+        """A server started in the background (``&``) ignores SIGINT: so does its scheduler."""
+        saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.addCleanup(signal.signal, signal.SIGINT, saved)
+        _stop_on_interrupt(lambda timeout: self.fail("an ignored SIGINT stopped the scheduler"))
+        self.assertEqual(signal.getsignal(signal.SIGINT), signal.SIG_IGN)
+
+    def test_a_second_ctrl_c_starts_no_second_stop(self):
+        stopped = self.install(signal.default_int_handler)
+        for _ in range(2):
+            with self.assertRaises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
+        self.assertTrue(stopped.wait(10))  # and the cleanup checks that it stopped once
 
 
 class MissingTableTests(TransactionTestCase):
