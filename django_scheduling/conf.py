@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -261,19 +262,29 @@ def default_instance_name() -> str:
 
 _cached: SchedulingSettings | None = None
 _cached_pid: int | None = None
+#: Bumped by every change of the setting: a thread that read the old value while it changed
+#: must not cache it after the reset.
+_generation = 0
+_cache_lock = threading.Lock()
 
 
 def get_settings() -> SchedulingSettings:
     """Return the validated ``SCHEDULING`` setting, reading it on first use."""
     global _cached, _cached_pid
-    if _cached is None or _cached_pid != os.getpid():
-        _cached = SchedulingSettings.from_dict(getattr(django_settings, "SCHEDULING", None))
-        _cached_pid = os.getpid()
-    return _cached
+    cached, pid = _cached, os.getpid()
+    if cached is None or _cached_pid != pid:
+        generation = _generation
+        cached = SchedulingSettings.from_dict(getattr(django_settings, "SCHEDULING", None))
+        with _cache_lock:
+            if generation == _generation:
+                _cached, _cached_pid = cached, pid
+    return cached
 
 
 @receiver(setting_changed)
 def _reset(*, setting: str, **kwargs: Any) -> None:
-    global _cached
+    global _cached, _generation
     if setting == "SCHEDULING":
-        _cached = None
+        with _cache_lock:
+            _generation += 1
+            _cached = None
