@@ -94,25 +94,15 @@ class _Trouble:
     #: The longest run of the task, once one ran longer than ``LOCKED_REPORT_AFTER``.
     longest_run: timedelta = timedelta(0)
 
-    def settled(self) -> bool:
-        return (
-            not self.database_failures
-            and not self.longest_run
-            and all(
-                value is None
-                for value in (
-                    self.recheck,
-                    self.locked_since,
-                    self.locked_holder,
-                    self.warned_trigger,
-                )
-            )
-        )
-
 
 def _trouble_field(name: str) -> Any:
     """A ``TaskSpec`` attribute kept in its ``_Trouble``, which exists only while one of them
-    is set: a task without trouble costs one pointer for all of them."""
+    is set: a task without trouble costs one pointer for all of them.
+
+    A set reads and replaces ``_trouble`` in steps: it relies on the rule that a task's
+    firing is handled by one thread at a time (claim thread, pool thread, then the writer's
+    callback, while the entry is running); other threads only read.
+    """
 
     def get(spec: TaskSpec) -> Any:
         trouble = spec._trouble
@@ -125,7 +115,7 @@ def _trouble_field(name: str) -> Any:
                 return
             trouble = spec._trouble = _Trouble()
         setattr(trouble, name, value)
-        if trouble.settled():
+        if trouble == _NO_TROUBLE:  # every field back to its default: no trouble left
             spec._trouble = None
 
     return property(get, set_)

@@ -156,7 +156,7 @@ class Maintenance:
         A request stays in its row until a run takes it (``execution``), so one that could not
         run yet (the lock held elsewhere, a database blip) is queued again next time.
         """
-        for name, requested_at, recover_run_id in requests(using=self.conf.database):
+        for name, requested_at, recover_run_id in requested_runs(using=self.conf.database):
             if name not in self.tasks:
                 continue
             if recover_run_id is not None:
@@ -189,7 +189,9 @@ class Maintenance:
             lock.unlock()
 
 
-def requests(*, using: str) -> QuerySet[ScheduledTask, tuple[str, datetime | None, int | None]]:
+def requested_runs(
+    *, using: str
+) -> QuerySet[ScheduledTask, tuple[str, datetime | None, int | None]]:
     """Return the name, "run now" time and lost run to recover of the rows that ask for a run.
 
     Every instance polls this every second: it searches two indexes for the few rows set, and

@@ -251,9 +251,6 @@ class Scheduler:
         """Return the entry named *name*, if this scheduler has it."""
         return self._state.entries.get(name)  # one dict read: atomic, no lock needed
 
-    def entry_count(self) -> int:
-        return len(self._state.entries)
-
     def run_now(self, name: str, request: RunRequest | None = None) -> bool:
         """Queue a run of *name* outside its schedule, as soon as it is not running.
 

@@ -323,4 +323,4 @@ class _Scheduled(Mapping[str, TaskDefinition]):
         return iter([entry.name for entry in self._scheduler.entries()])
 
     def __len__(self) -> int:
-        return self._scheduler.entry_count()
+        return len(self._scheduler.entries())  # read once, at start

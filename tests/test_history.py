@@ -311,7 +311,7 @@ class RequestPollTests(TransactionTestCase):
         table = ScheduledTask._meta.db_table
         with connection.cursor() as cursor:
             cursor.execute(f"ANALYZE {'TABLE ' if connection.vendor == 'mysql' else ''}{table}")
-        rows = maintenance.requests(using="default")
+        rows = maintenance.requested_runs(using="default")
         self.assertCountEqual(
             list(rows), [("poll.00042", now, None), ("poll.00077", None, lost.pk)]
         )

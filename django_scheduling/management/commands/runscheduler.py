@@ -209,7 +209,9 @@ def _settle_memory() -> None:
     the collector's sight, a full collection no longer walks it, which at thousands of tasks
     paused every thread for tens of milliseconds every few seconds. The rows read and written
     to sync the tasks are gone by now; glibc keeps their memory unless asked (``malloc_trim``;
-    other C libraries have no such call, and keep theirs).
+    other C libraries have no such call, and keep theirs). The main thread's connection, which
+    did that syncing, is closed too (with SQLite's page cache): the scheduler's own threads
+    keep theirs, and a stop reconnects if it needs to.
     """
     connections.close_all()
     gc.collect()
