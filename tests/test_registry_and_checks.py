@@ -2,6 +2,7 @@
 
 import asyncio
 import functools
+from collections.abc import Mapping
 from datetime import UTC, timedelta
 from zoneinfo import ZoneInfo
 
@@ -233,6 +234,33 @@ class SettingsTests(SimpleTestCase):
         with self.settings(SCHEDULING={"SHUTDOWN_TIMEOUT": "PT1M"}):
             self.assertEqual(get_settings().shutdown_timeout, timedelta(minutes=1))
         self.assertEqual(get_settings().shutdown_timeout, timedelta(seconds=5))
+
+    @override_settings(SCHEDULING={"SHUTDOWN_TIMEOUT": "5s"})
+    def test_a_value_read_while_the_setting_changes_back_is_not_kept(self):
+        """A thread that reads the setting while ``override_settings`` (or a project) changes
+        it must not keep the old value after the change reset the cache."""
+        changing = override_settings(SCHEDULING=None)
+
+        class ChangesWhileRead(Mapping):
+            def __init__(self) -> None:
+                self.data, self.changed = {"SHUTDOWN_TIMEOUT": "PT1M"}, False
+
+            def __getitem__(self, key: str) -> object:
+                return self.data[key]
+
+            def __len__(self) -> int:
+                return len(self.data)
+
+            def __iter__(self):
+                if not self.changed:  # the change lands halfway through the read
+                    self.changed = True
+                    changing.disable()
+                return iter(self.data)
+
+        changing.options["SCHEDULING"] = ChangesWhileRead()
+        changing.enable()
+        self.assertEqual(get_settings().shutdown_timeout, timedelta(minutes=1))  # as read
+        self.assertEqual(get_settings().shutdown_timeout, timedelta(seconds=5))  # read again
 
     def test_rejections_name_the_key_and_the_fix(self):
         cases = [
