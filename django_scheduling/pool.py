@@ -244,8 +244,10 @@ class WorkerPool:
 
     def _start_worker(self, first: Work | None) -> None:
         self._started += 1
+        # The first item goes in a box the thread empties: the thread's arguments would keep
+        # it for the thread's life.
         thread = threading.Thread(
-            target=self._work_loop, args=(first,), name=f"{self.name}-worker-{self._started}"
+            target=self._work_loop, args=([first],), name=f"{self.name}-worker-{self._started}"
         )
         thread.daemon = True
         self._workers.add(thread)
@@ -288,8 +290,9 @@ class WorkerPool:
         self._workers.discard(me)
         self._terminated.notify_all()
 
-    def _work_loop(self, item: Work | None) -> None:
+    def _work_loop(self, box: list[Work | None]) -> None:
         me = threading.current_thread()
+        item = box.pop()
         try:
             if item is None:
                 with self._work_available:
@@ -306,6 +309,7 @@ class WorkerPool:
                 with self._work_available:
                     del self._running[me]
                     self._completed += 1
+                    item = None  # not kept while the thread waits for the next one
                     item = self._take(me)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt: end this thread loudly
             logger.exception("Worker %s of pool %r stopped by %r", me.name, self.name, exc)

@@ -371,13 +371,20 @@ class Scheduler:
             taken = self._take_due()
             if taken is None:
                 return
-            due, calls = taken
-            for entry, call in calls:
-                self._submit_call(entry, call)
-            if self._batches is not None:
-                due = self._submit_batches(due)
-            for firing in due:
-                self._submit(firing)
+            self._hand_over(*taken)
+            # Not kept while the dispatcher waits: a burst's calls, and the locks and records
+            # they hold, would stay in memory until the next burst.
+            del taken
+
+    def _hand_over(self, due: list[_Work], calls: list[tuple[Entry, Call]]) -> None:
+        """Hand the due firings and the claimed calls whose time has come to the pool (and
+        the batchable firings to the claim threads)."""
+        for entry, call in calls:
+            self._submit_call(entry, call)
+        if self._batches is not None:
+            due = self._submit_batches(due)
+        for firing in due:
+            self._submit(firing)
 
     def _submit_batches(self, due: list[_Work]) -> list[_Work]:
         """Hand the firings the runner can batch to the claim threads, in batches; return

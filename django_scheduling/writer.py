@@ -111,6 +111,9 @@ class EndWriter:
             except Exception:
                 logger.exception("Recording the ends of %d run(s) failed", len(items))
             finally:
+                # Not kept while the thread waits: a burst's ends, and the locks and callbacks
+                # they hold, would stay in memory until the next one.
+                del items
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import threading
 import time
+import weakref
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -162,6 +163,26 @@ class BatchTests(TransactionTestCase):
             self.assertEqual(lock.locked_by, "a")
             self.assertLessEqual(lock.lock_until, datetime.now(UTC))
         self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
+
+    def test_the_writer_keeps_no_ended_run_once_it_is_written(self):
+        # Kept while the thread waited for the next ends, a burst of 10,000 stayed in memory
+        # until the next burst.
+        class Done:
+            def __call__(self, next_time: datetime | None) -> None:
+                pass
+
+        definitions, _ = self.tasks(5)
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        watched = []
+        for outcome in a.batch(entries, T0):
+            done = Done()
+            watched.append(weakref.ref(done))
+            outcome.run(done)
+        del done
+        self.assertTrue(a.writer.drain(DEADLINE))
+        self.assertEqual(TaskRun.objects.filter(status=RunStatus.SUCCEEDED).count(), 5)
+        self.assertEqual([ref() for ref in watched], [None] * 5)
 
     def test_a_batch_claimed_ahead_is_decided_and_recorded_as_at_its_instant(self):
         definitions, counters = self.tasks(5)

@@ -167,6 +167,8 @@ def test_an_unbounded_queue_grows_to_max_size_then_queues_and_never_rejects(make
         assert pool.submit(gate.blocker(f"busy{index}"), label=f"busy{index}")
     # No thread was idle: each item started a thread, up to max_size.
     assert counts(pool) == (3, 3, 0)
+    for index in range(3):  # started, not only handed over: they run before the others
+        gate.wait_started(f"busy{index}")
     for index in range(500):  # far more than any bounded default: all wait, none is dropped
         assert pool.submit(gate.quick(f"waiting{index}"), label=f"waiting{index}")
     stats = pool.stats()

@@ -8,6 +8,7 @@ import functools
 import itertools
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -449,6 +450,28 @@ class ClaimAheadTests(SimpleTestCase):
         scheduler.start()
         wait_for(lambda: all(task.runs for task in tasks))
         self.assertGreaterEqual(min(claimed_at for claimed_at, _ in runner.claims), instant)
+
+    def test_the_calls_of_a_burst_are_not_kept_once_they_have_run(self):
+        # A call holds its run's lock and records: kept by the dispatcher or by an idle
+        # worker, a burst of 10,000 stayed in memory until the next burst.
+        runner = BatchMemoryRunner()
+        scheduler = self.make(runner)
+        instant = now() + timedelta(seconds=2)
+        tasks = self.burst(scheduler, 2_000, instant)  # claimed 1 s ahead
+        kept = []
+        run_batch = runner.run_batch
+
+        def watched_run_batch(items):
+            calls = run_batch(items)
+            kept.extend(weakref.ref(call.run) for call in calls)
+            return calls
+
+        runner.run_batch = watched_run_batch
+        scheduler.start()
+        wait_for(lambda: all(task.runs for task in tasks))
+        self.assertEqual(len(kept), 2_000)
+        wait_for(lambda: scheduler.pool.stats().active == 0)
+        wait_for(lambda: not any(ref() for ref in kept))
 
     def test_firings_claimed_ahead_still_run_at_their_time_when_the_scheduler_stops(self):
         runner = BatchMemoryRunner()
