@@ -40,12 +40,14 @@ class RejectionPolicy(enum.StrEnum):
     DISCARD_OLDEST = "discard_oldest"  # drop the oldest queued item and queue this one
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Work:
     """A callable submitted to the pool, with the label used in logs and reports."""
 
     fn: Callable[[], object]
     label: str
+    #: Never passed to the rejection policy: queued past the capacity if need be.
+    must_run: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,13 +138,18 @@ class WorkerPool:
         self._idle = self._completed = self._rejected = self._started = 0
         self._shut_down = False
 
-    def submit(self, work: Callable[[], object], *, label: str = "") -> bool:
+    def submit(
+        self, work: Callable[[], object], *, label: str = "", must_run: bool = False
+    ) -> bool:
         """
         Run *work* on the pool; return True if it was accepted (or run by the caller) and
         False if it was discarded. Raise ``RejectedWork`` under the ABORT policy and
         ``RuntimeError`` after ``shutdown()``.
+
+        Work submitted with *must_run* is never rejected, nor discarded as the oldest: when
+        the pool is saturated it waits in the queue, past its capacity.
         """
-        item = Work(work, label or getattr(work, "__qualname__", None) or repr(work))
+        item = Work(work, label or getattr(work, "__qualname__", None) or repr(work), must_run)
         policy = self.rejection_policy
         with self._work_available:
             if self._shut_down:
@@ -165,10 +172,16 @@ class WorkerPool:
             if len(self._workers) < self.max_size:
                 self._start_worker(item)
                 return True
-            victim = item
-            if policy is RejectionPolicy.DISCARD_OLDEST and self.queue_capacity and self._queue:
-                victim = self._queue.popleft()
+            if must_run:
                 self._queue.append(item)
+                return True
+            victim = item
+            if policy is RejectionPolicy.DISCARD_OLDEST and self.queue_capacity:
+                oldest = next((queued for queued in self._queue if not queued.must_run), None)
+                if oldest is not None:
+                    self._queue.remove(oldest)
+                    self._queue.append(item)
+                    victim = oldest
             self._rejected += 1
             stats = self._snapshot()
         self._reject(victim, stats, policy)

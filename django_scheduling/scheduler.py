@@ -123,6 +123,20 @@ class _Work:
         self.scheduler._run_firing(self)
 
 
+@dataclass(slots=True)
+class _CallWork:
+    """A claimed firing handed to the pool: *call* for *entry*, to start no earlier than *at*
+    (a timestamp). An object, not closures: a burst hands thousands over at once."""
+
+    scheduler: Scheduler
+    entry: Entry
+    call: Call
+    at: float
+
+    def __call__(self) -> None:
+        self.scheduler._run_call(self)
+
+
 class Runner(Protocol):
     """What the scheduler asks of the code that runs firings."""
 
@@ -448,27 +462,30 @@ class Scheduler:
                     waiting.append((entry, call))
                     return
 
-        def done(next_time: datetime | None) -> None:
-            entry.failures = 0
-            self._finish(entry, next_time, reschedule=True)
-
-        def run() -> None:
-            # Claimed ahead, and handed over at a stop: the dispatcher no longer waits for it.
-            if (wait := at - time.time()) > 0:
-                time.sleep(wait)
-            try:
-                with stopping_context(lambda: self.stopping):
-                    call.run(done)
-            except Exception:
-                logger.exception("Running %s failed outside the task itself", entry.name)
-                self._finish(entry, self._retry_time(entry), reschedule=True)
-
+        work = _CallWork(self, entry, call, at)
         try:
-            self.pool.submit(run, label=entry.name)
-        except (RuntimeError, RejectedWork):
+            self.pool.submit(work, label=entry.name, must_run=True)
+        except RuntimeError:
             # Claimed already: it must run. No worker could start (a thread limit, or the
             # pool is shutting down), so the claim thread runs it.
-            run()
+            work()
+
+    def _run_call(self, work: _CallWork) -> None:
+        """Run a claimed firing on a worker thread, no earlier than its time."""
+        entry = work.entry
+        # Claimed ahead, and handed over at a stop: the dispatcher no longer waits for it.
+        if (wait := work.at - time.time()) > 0:
+            time.sleep(wait)
+        try:
+            with stopping_context(lambda: self.stopping):
+                work.call.run(functools.partial(self._call_done, entry))
+        except Exception:
+            logger.exception("Running %s failed outside the task itself", entry.name)
+            self._finish(entry, self._retry_time(entry), reschedule=True)
+
+    def _call_done(self, entry: Entry, next_time: datetime | None) -> None:
+        entry.failures = 0
+        self._finish(entry, next_time, reschedule=True)
 
     def _take_due(self) -> tuple[list[_Work], list[tuple[Entry, Call]]] | None:
         """Wait until entries are due, or a burst is to be claimed ahead, and return them with
@@ -551,7 +568,8 @@ class Scheduler:
             self._finish(work.entry, self._retry_time(work.entry), reschedule=True)
 
     def _on_reject(self, item: Work, stats: PoolStats, policy: RejectionPolicy) -> None:
-        work: _Work = item.fn  # type: ignore[assignment]  # only _Work is ever submitted
+        # Claimed calls are submitted with must_run: only a _Work is ever rejected.
+        work: _Work = item.fn  # type: ignore[assignment]
         if policy is RejectionPolicy.CALLER_RUNS and not self.stopping:
             return  # the pool runs it in the dispatcher thread
         entry = work.entry

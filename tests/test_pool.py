@@ -355,6 +355,29 @@ def test_discard_oldest_without_a_queue_drops_the_new_item(make_pool, gate):
     assert rejections.labels == ["new"]
 
 
+@pytest.mark.parametrize("setting", list(REJECTIONS))
+def test_work_that_must_run_is_queued_past_the_capacity_and_never_discarded(
+    make_pool, gate, setting
+):
+    # A firing claimed in the database must run: no policy may drop it, and discard_oldest
+    # must pick its victim among the others.
+    rejections = Rejections()
+    pool = make_pool(queue_capacity=1, rejection_policy=setting, on_reject=rejections)
+    saturate(pool, gate, queued=0)
+    assert pool.submit(gate.quick("claimed"), label="claimed", must_run=True) is True
+    assert pool.submit(gate.quick("claimed2"), label="claimed2", must_run=True) is True
+    assert pool.stats().queued == 2  # past the capacity of 1
+    if REJECTIONS[setting][0] is RejectionPolicy.ABORT:
+        with pytest.raises(RejectedWork):
+            pool.submit(gate.quick("new"), label="new")
+    else:
+        pool.submit(gate.quick("new"), label="new")
+    assert rejections.labels == ["new"]  # the new one, never a claimed one
+    gate.open()
+    wait_until(lambda: (s := pool.stats()).active == s.queued == 0, "the pool drained")
+    assert {"claimed", "claimed2"} <= set(gate.ran)
+
+
 def test_a_failing_on_reject_does_not_change_the_outcome(make_pool, gate, caplog):
     def on_reject(work: Work, stats: PoolStats, policy: RejectionPolicy) -> None:
         raise LookupError("history table missing")
