@@ -27,6 +27,11 @@ KEEP_ALIVE_MINIMUM = timedelta(milliseconds=200)
 RETRY_AFTER = timedelta(milliseconds=500)
 
 
+#: Guards a kept-alive lock's extension against its release. Locks share these, striped by
+#: identity, rather than hold one each: a burst claimed ahead holds thousands of locks.
+_MUTEXES = tuple(threading.Lock() for _ in range(64))
+
+
 class KeptAliveLock:
     """The lock of a running task, extended by a ``KeepAlive`` thread until ``release()``.
 
@@ -35,6 +40,8 @@ class KeptAliveLock:
     a run elsewhere.
     """
 
+    __slots__ = ("_keeper", "_least_until", "_mutex", "due", "lock", "lost", "name", "unreleased")
+
     def __init__(self, lock: Lock, name: str, keeper: KeepAlive | None) -> None:
         self.lock: Lock | None = lock
         self.name = name
@@ -42,9 +49,10 @@ class KeptAliveLock:
         #: A lock whose unlock failed (database unreachable), to unlock again later.
         self.unreleased: Lock | None = None
         self._keeper = keeper
-        self._mutex = threading.Lock()
-        # Measured on this host's clock, like every later comparison here.
-        self._least_until = utcnow() + lock.config.lock_at_least_for
+        self._mutex = _MUTEXES[hash(self) % len(_MUTEXES)]
+        # Measured on this host's clock, like every later comparison here; None: no minimum.
+        least = lock.config.lock_at_least_for
+        self._least_until = utcnow() + least if least else None
         self.due = time.monotonic() + self._interval(lock)
         if keeper is not None:
             keeper._add(self)
@@ -60,7 +68,9 @@ class KeptAliveLock:
             if lock is None:
                 return
             config = lock.config
-            least = max(self._least_until - utcnow(), timedelta(0))
+            least = timedelta(0)
+            if self._least_until is not None:
+                least = max(self._least_until - utcnow(), least)
             try:
                 close_old_connections()
                 extended = lock.extend(config.lock_at_most_for, min(least, config.lock_at_most_for))

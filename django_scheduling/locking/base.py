@@ -89,7 +89,8 @@ class Lock:
         self.locked_at = locked_at
         self.lock_until = lock_until
         # lock_at_least_for counts from the acquisition, or from the extend that made this handle.
-        self._least_until = least_until or locked_at + config.lock_at_least_for
+        least = config.lock_at_least_for
+        self._least_until = least_until or (locked_at + least if least else locked_at)
         self._valid = True
 
     def __repr__(self) -> str:
