@@ -63,7 +63,7 @@ from .outbox import Outbox
 from .pool import PoolStats
 from .registry import TaskDefinition
 from .scheduler import SINGLE, Call, Entry, Firing, Outcome, RunRequest
-from .triggers import Trigger, TriggerState, jitter_offset
+from .triggers import Trigger, TriggerState, jitter_offset, kept_state
 from .writer import EndWriter, Finished
 
 __all__ = ["TaskSpec", "TaskRunner", "current_fire_time"]
@@ -133,13 +133,24 @@ class TaskSpec(Entry):
 
     definition: TaskDefinition
     trigger: Trigger
-    state: TriggerState
+    #: The state as last known, kept through ``state`` (see ``triggers.kept_state``).
+    _state: TriggerState
     #: Each firing waits a deterministic offset in [0, jitter) after its fire time.
     jitter: timedelta = timedelta(0)
     _trouble: _Trouble | None = None
 
     def __post_init__(self) -> None:
         self.payload = self
+        self.state = self._state
+
+    @property
+    def state(self) -> TriggerState:
+        return self._state
+
+    @state.setter
+    def state(self, value: TriggerState) -> None:
+        # Shared with the tasks in the same state: what a burst leaves is not a state per task.
+        self._state = kept_state(self.trigger, value)
 
     @property
     def described(self) -> str:
@@ -260,7 +271,7 @@ class TaskRunner:
                 name=d.name,
                 definition=d,
                 trigger=t,
-                state=states[d.name],
+                _state=states[d.name],
                 jitter=jitter,
             )
             for d, t, jitter in built

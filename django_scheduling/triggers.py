@@ -35,6 +35,7 @@ __all__ = [
     "make_trigger",
     "parse_zone",
     "jitter_offset",
+    "kept_state",
 ]
 
 
@@ -65,11 +66,35 @@ class TriggerState:
     anchor: datetime | None = None
     #: The newest fire time that has been run (or claimed by a run).
     last_fire_time: datetime | None = None
-    #: When the newest run finished.
+    #: When the newest run finished (kept only for triggers that count from it).
     last_finished: datetime | None = None
 
 
+#: The states tasks keep, each once (see ``kept_state``); forgotten past this many.
+_KEPT_STATES_MAX = 1024
+_kept_states: dict[TriggerState, TriggerState] = {}
+
+
+def kept_state(trigger: Trigger, state: TriggerState) -> TriggerState:
+    """Return *state* as a task with *trigger* keeps it: without ``last_finished`` unless the
+    trigger counts from it, and as the same object as an equal state kept before.
+
+    After a burst, the thousands of tasks on one cron line are in one state, and keep one
+    object instead of one each (with a datetime of its own for the end of each run).
+    """
+    if state.last_finished is not None and not getattr(trigger, "uses_last_finished", True):
+        state = TriggerState(state.anchor, state.last_fire_time)
+    kept = _kept_states.setdefault(state, state)
+    if len(_kept_states) > _KEPT_STATES_MAX:
+        _kept_states.clear()  # the states of past fire times: those in use stay shared
+    return kept
+
+
 class Trigger(Protocol):
+    """What the scheduler asks of a trigger. A trigger may also say, with a class attribute
+    ``uses_last_finished = False``, that ``next_fire_time`` never reads ``state.last_finished``;
+    tasks then keep one shared state (see ``kept_state``)."""
+
     kind: str
 
     def next_fire_time(self, *, now: datetime, state: TriggerState) -> datetime | None:
@@ -99,6 +124,7 @@ class _Described:
 
     __slots__ = ("_description",)
     _description: str
+    uses_last_finished = False
 
     def describe(self) -> str:
         """Return the trigger in words, e.g. ``"every 30s"``."""
@@ -239,6 +265,7 @@ class FixedDelayTrigger(_Described):
     delay: timedelta
     initial_delay: timedelta = timedelta(0)
     kind = "fixed_delay"
+    uses_last_finished = True
 
     def __post_init__(self) -> None:
         if self.delay <= timedelta(0):

@@ -353,7 +353,7 @@ class TaskSpecTests(SimpleTestCase):
             name="job",
             definition=definition,
             trigger=FixedRateTrigger(timedelta(seconds=1)),
-            state=TriggerState(),
+            _state=TriggerState(),
         )
 
     def test_it_is_its_own_entry(self):
@@ -377,3 +377,12 @@ class TaskSpecTests(SimpleTestCase):
         self.assertEqual(
             (spec.database_failures, spec.recheck, spec.locked_holder), (0, None, None)
         )
+
+    def test_tasks_in_the_same_state_keep_one_state_object(self):
+        # After a burst, each task would otherwise keep a state of its own, with the end of
+        # its own run, which a fixed-rate trigger never reads.
+        first, second = self.spec(), self.spec()
+        first.state = TriggerState(T0, T0, T0 + timedelta(milliseconds=3))
+        second.state = TriggerState(T0, T0, T0 + timedelta(milliseconds=7))
+        self.assertIs(first.state, second.state)
+        self.assertEqual(first.state, TriggerState(T0, T0))

@@ -15,6 +15,7 @@ from django_scheduling.triggers import (
     MissedRuns,
     OneShotTrigger,
     TriggerState,
+    kept_state,
     make_trigger,
 )
 
@@ -221,6 +222,43 @@ class TestTriggerState:
             T0, T0 + s(10), T0 + s(11)
         )
         assert pickle.loads(pickle.dumps(state)) == state
+
+
+class TestKeptState:
+    """What a task keeps of its state: only what its trigger reads, shared with the tasks in
+    the same state (after a burst, thousands of tasks keep one object)."""
+
+    def test_a_trigger_that_does_not_count_from_the_end_of_a_run_keeps_no_end(self):
+        ended = TriggerState(T0, T0 + s(10), T0 + s(11))
+        for trigger in (
+            CronTrigger(CronExpression("0 * * * * *"), UTC),
+            FixedRateTrigger(s(10)),
+            OneShotTrigger(T0),
+        ):
+            kept = kept_state(trigger, ended)
+            assert kept == TriggerState(T0, T0 + s(10))
+            # ...and says the same: the end never changed its answer.
+            for now in (T0 + s(11), T0 + s(75)):
+                assert trigger.next_fire_time(now=now, state=kept) == trigger.next_fire_time(
+                    now=now, state=ended
+                )
+
+    def test_fixed_delay_keeps_the_end_it_counts_from(self):
+        ended = TriggerState(T0, T0 + s(10), T0 + s(11))
+        assert kept_state(FixedDelayTrigger(s(5)), ended) == ended
+
+    def test_a_trigger_that_does_not_say_keeps_everything(self):
+        class Custom:
+            kind = "custom"
+
+        ended = TriggerState(T0, T0 + s(10), T0 + s(11))
+        assert kept_state(Custom(), ended) == ended  # type: ignore[arg-type]
+
+    def test_equal_states_are_kept_as_one_object(self):
+        trigger = FixedRateTrigger(s(10))
+        first = kept_state(trigger, TriggerState(T0, T0 + s(10), T0 + s(11)))
+        second = kept_state(trigger, TriggerState(T0, T0 + s(10), T0 + s(12)))
+        assert second is first
 
 
 class TestMakeTrigger:
