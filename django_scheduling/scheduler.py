@@ -1,9 +1,10 @@
 """The delay queue, the dispatcher thread and the worker pool.
 
-One dispatcher thread keeps every task in a heap ordered by its next fire time. It sleeps until
-the earliest one is due (or until something earlier is added), pops every due entry in one hold
-of the lock and hands each to the worker pool. A task goes back into the heap only when its run
-has ended, so one task never runs twice at once in this process. The dispatcher does no I/O:
+One dispatcher thread keeps every task in a heap of times, each with the list of the tasks whose
+next fire time it is. It sleeps until the earliest one is due (or until something earlier is
+added), pops every due entry in one hold of the lock and hands each to the worker pool. A task
+goes back into the heap only when its run has ended, so one task never runs twice at once in
+this process. The dispatcher does no I/O:
 what a firing does (locking, history) is the runner's business, on a worker thread (see
 ``execution.TaskRunner``), and the runner returns when the entry fires next. Firings the runner
 can batch go, in batches of ``BATCH_SIZE``, to the claim threads; each claimed firing comes back
@@ -45,9 +46,10 @@ CLAIM_THREADS = 2
 CLAIM_AHEAD_PER_FIRING = 0.0005
 #: ...and never longer ahead than this.
 CLAIM_AHEAD_MAX = 10.0
-#: The generations of heap items that are not an entry's schedule: a run request, and a
-#: firing claimed ahead that waits for its time.
-_REQUEST, _CLAIMED = -1, -2
+#: The kinds of heap items: the entries scheduled at a time (see ``_State.slots``), a run
+#: request, and the firings claimed ahead that wait for their time. Items due at the same time
+#: come in this order: claimed, requests, then the schedule.
+_SLOT, _REQUEST, _CLAIMED = 0, -1, -2
 
 
 def claim_ahead(count: int) -> float:
@@ -104,7 +106,6 @@ class Entry:
     pending_request: RunRequest | None = None
     request_queued: bool = False  # a run request waits in the heap
     next_fire_time: datetime | None = None
-    generation: int = 0
     failures: int = 0  # runner errors in a row
 
     def __lt__(self, other: Entry) -> bool:
@@ -164,16 +165,20 @@ class BatchRunner(Runner, Protocol):
         """Wait until the ends of the runs started from batches are recorded."""
 
 
-#: An item of the delay queue: (when, generation, entry), the entry's schedule, whose firing
-#: is the entry's ``next_fire_time``; or (when, generation, entry, item) for a run request and
-#: for the calls claimed ahead (their negative generations). Items due at the same time are
-#: ordered by generation, then by entry name (an entry has one item of a generation).
-_Item = tuple[float, int, Entry] | tuple[float, int, Entry, Any]
+#: An item of the delay queue: (when, _SLOT), for the entries scheduled at *when*; or
+#: (when, kind, entry, item) for a run request and for the calls claimed ahead. Requests due
+#: at the same time are ordered by entry name.
+_Item = tuple[float, int] | tuple[float, int, Entry, Any]
 
 
 @dataclass
 class _State:
     heap: list[_Item] = field(default_factory=list)
+    #: The entries whose schedule is at each time, for the heap's one item of that time: tasks
+    #: due together (a burst, every task of a cron line) cost a list slot each, not a heap
+    #: item. An entry rescheduled since stays in its old slot, and is skipped there: its
+    #: ``next_fire_time`` no longer matches.
+    slots: dict[float, list[Entry]] = field(default_factory=dict)
     entries: dict[str, Entry] = field(default_factory=dict)
     #: How many firings the runner can batch wait in the heap, by instant: a burst.
     bursts: dict[float, int] = field(default_factory=dict)
@@ -342,7 +347,6 @@ class Scheduler:
 
     def _push(self, entry: Entry, fire_time: datetime | None) -> None:
         entry.next_fire_time = fire_time
-        entry.generation += 1
         if fire_time is not None:
             self._push_item(entry, fire_time, fire_time)
 
@@ -357,11 +361,16 @@ class Scheduler:
             at = when.timestamp()
             self._recent = (when, at)
         if isinstance(firing, RunRequest):
-            # Not superseded by a later push of the entry's schedule: a generation of its own.
+            # Not superseded by a later push of the entry's schedule: an item of its own.
             entry.request_queued = True
             self._heap_push(at, _REQUEST, entry, firing)
             return
-        self._heap_push(at, entry.generation, entry)
+        slot = self._state.slots.get(at)
+        if slot is None:
+            self._state.slots[at] = [entry]
+            self._heap_push(at, _SLOT)
+        else:
+            slot.append(entry)
         if self._batches is None:
             return
         if self.runner.batchable(entry, firing):  # type: ignore[attr-defined]
@@ -372,11 +381,9 @@ class Scheduler:
             elif count > BATCH_SIZE and count % BATCH_SIZE == 1 and self._state.heap[0][0] == at:
                 self._cond.notify()  # the next burst grew: it may be claimed earlier
 
-    def _heap_push(self, at: float, generation: int, entry: Entry, *item: Any) -> None:
-        """Push an item; the entry's schedule without its firing (three items per task, not
-        four: 16 B less each, at thousands of tasks)."""
+    def _heap_push(self, at: float, kind: int, *item: Any) -> None:
         was_first = not self._state.heap or at < self._state.heap[0][0]
-        heapq.heappush(self._state.heap, (at, generation, entry, *item))
+        heapq.heappush(self._state.heap, (at, kind, *item))
         if was_first:
             self._cond.notify()
 
@@ -520,39 +527,56 @@ class Scheduler:
         due: list[_Work] = []
         calls: list[tuple[Entry, Call]] = []
         kept: list[_Item] = []
-        runner: Any = self.runner
         while heap and heap[0][0] <= limit:
             item = heapq.heappop(heap)
-            at, generation, entry = item[0], item[1], item[2]
-            firing = item[3] if len(item) == 4 else entry.next_fire_time
+            at, kind = item[0], item[1]
             if bursts:
                 bursts.pop(at, None)
-            if generation == _CLAIMED:
+            if kind == _SLOT:
+                if staying := self._pop_slot(at, now, due):
+                    self._state.slots[at] = staying
+                    kept.append(item)
+                continue
+            entry, firing = item[2], item[3]  # type: ignore[misc]
+            if kind == _CLAIMED:
                 if at > now:
                     kept.append(item)
                 else:
                     calls += self._state.claimed.pop(at, ())
                 continue
-            if generation == _REQUEST:
-                if at > now:
-                    kept.append(item)
-                    continue
-                entry.request_queued = False
-                if entry.running:
-                    assert isinstance(firing, RunRequest)
-                    entry.pending_request = entry.pending_request or firing
-                    continue
-            elif generation != entry.generation or entry.running:
-                continue  # superseded by a later push
-            elif at > now and not runner.batchable(entry, firing):
+            if at > now:
                 kept.append(item)
                 continue
-            assert firing is not None  # an entry's current schedule has a fire time
+            entry.request_queued = False
+            if entry.running:
+                entry.pending_request = entry.pending_request or firing
+                continue
             entry.running = True
             due.append(_Work(self, entry, firing))
         for item in kept:
             heapq.heappush(heap, item)
         return due, calls
+
+    def _pop_slot(self, at: float, now: float, due: list[_Work]) -> list[Entry]:
+        """Take the entries scheduled at *at* into *due*; return those that stay (taking a
+        burst ahead, those the runner does not batch)."""
+        runner: Any = self.runner
+        staying: list[Entry] = []
+        current = None  # the last fire time found at *at*: entries due together share it
+        for entry in self._state.slots.pop(at):
+            firing = entry.next_fire_time
+            if entry.running or firing is None:
+                continue  # running (rescheduled when it ends), or never again
+            if firing is not current:
+                if firing.timestamp() != at:
+                    continue  # rescheduled since: it waits in another slot
+                current = firing
+            if at > now and not runner.batchable(entry, firing):
+                staying.append(entry)
+                continue
+            entry.running = True  # and so taken once, however often the slot lists it
+            due.append(_Work(self, entry, firing))
+        return staying
 
     def _submit(self, work: _Work) -> None:
         try:

@@ -107,6 +107,43 @@ class SchedulerTests(SimpleTestCase):
         self.assertIs(times["task2"], times["task0"])
         self.assertEqual(times["later"], anchor + timedelta(minutes=1))
 
+    def test_entries_due_together_cost_one_heap_item(self):
+        # The heap holds a time once, with a list of the entries due then: a burst of tasks
+        # costs a list slot each, not a heap item each.
+        _runner, scheduler = self.make()
+        at = now() + timedelta(hours=1)
+        for index in range(1_000):
+            task = Task(FixedRateTrigger(timedelta(hours=1)), state=TriggerState(anchor=at))
+            scheduler.add(Entry(f"task{index:04}", task))
+        self.assertEqual(len(scheduler._state.heap), 1)
+        due, _ = scheduler._pop(at.timestamp(), at.timestamp())
+        self.assertEqual(
+            sorted(work.entry.name for work in due), [f"task{i:04}" for i in range(1_000)]
+        )
+
+    def test_an_entry_moved_to_another_time_is_taken_there_only_and_once(self):
+        # Not started: the delay queue is driven with explicit times.
+        _runner, scheduler = self.make()
+        first = now() + timedelta(hours=1)
+        moved, twice = first + timedelta(minutes=10), first + timedelta(minutes=20)
+        task = Task(FixedRateTrigger(timedelta(hours=1)), state=TriggerState(anchor=first))
+        entry = Entry("moved", task)
+        scheduler.add(entry)
+        with scheduler._cond:
+            scheduler._push(entry, moved)
+
+        def taken(at):
+            with scheduler._cond:
+                due, _ = scheduler._pop(at.timestamp(), at.timestamp())
+            return [(work.entry.name, work.firing) for work in due]
+
+        self.assertEqual(taken(first), [])  # its old time: no longer its schedule
+        self.assertEqual(taken(moved), [("moved", moved)])
+        with scheduler._cond:
+            scheduler._finish(entry, twice, reschedule=True)
+            scheduler._push(entry, twice)  # listed twice at the same time...
+        self.assertEqual(taken(twice), [("moved", twice)])  # ...taken once
+
     def test_a_past_fire_time_runs_at_once(self):
         _runner, scheduler = self.make()
         ran = threading.Event()
