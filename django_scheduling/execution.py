@@ -245,7 +245,7 @@ class TaskRunner:
         self._counts_lock = threading.Lock()
         self._skipped = 0
         self._running: dict[str, _Running] = {}
-        self._claimed: dict[str, _Running] = {}  # claimed in a batch, not started yet
+        self._claimed: dict[str, _ClaimedRun] = {}  # claimed in a batch, not started yet
 
     @property
     def skipped(self) -> int:
@@ -920,11 +920,10 @@ class TaskRunner:
             held = self.keepalive.hold(lock, spec.name) if self.keepalive is not None else None
             if held is None:
                 held = KeptAliveLock(lock, spec.name, None)
+            claimed_run = _ClaimedRun(self, spec, fire_time, run_id, held, planned)
             with self._counts_lock:
-                self._claimed[spec.name] = _Running(run_id, held)
-            outcomes[index] = Call(
-                _ClaimedRun(self, spec, fire_time, run_id, held, planned), ahead.get(index)
-            )
+                self._claimed[spec.name] = claimed_run
+            outcomes[index] = Call(claimed_run, ahead.get(index))
         if unrun_locks:
             self._release_unrun(unrun_locks, unrun_ids)
 
@@ -1002,6 +1001,8 @@ class TaskRunner:
         assert self.writer is not None
         with self._counts_lock:
             self._claimed.pop(spec.name, None)
+            if not self._claimed:
+                self._claimed.clear()  # frees the table a burst grew (a pop never shrinks it)
         started = self.clock()
         try:
             self._finish_claimed(spec, fire_time, run_id, held, planned, done, started)
@@ -1397,6 +1398,7 @@ class TaskRunner:
         """Mark the runs of *names*, still running at shutdown, as interrupted, and release
         their locks: this process is about to exit, and another instance may take over."""
         with self._counts_lock:
+            running: list[_Running | _ClaimedRun]
             running = [self._running[name] for name in names if name in self._running]
             # Claimed in a batch, but the pool shut down before they started: their fire times
             # are spent (at most once), their locks are released here.

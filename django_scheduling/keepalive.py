@@ -157,6 +157,8 @@ class KeepAlive:
     def _remove(self, held: KeptAliveLock) -> None:
         with self._cond:
             self._held.discard(held)
+            if not self._held:
+                self._held.clear()  # frees the table a burst grew (a discard never shrinks it)
 
     def _loop(self) -> None:
         while True:

@@ -664,6 +664,8 @@ def _strict(conn: BaseDatabaseWrapper) -> bool:
 
 
 class _DatabaseLock(Lock):
+    __slots__ = ("_provider", "owner")
+
     def __init__(
         self, provider: DatabaseLockProvider, owner: str, config: LockConfiguration, **times: Any
     ) -> None:
