@@ -75,6 +75,8 @@ class SchedulerService:
         self._stopped = threading.Event()
         self._stop_done = threading.Event()
         self._start_lock = threading.Lock()
+        self._shut_down = False
+        self._shut_done = threading.Event()
 
     def check(self) -> None:
         """Raise ``ImproperlyConfigured`` naming every mistake in the tasks or settings, as
@@ -94,6 +96,11 @@ class SchedulerService:
             if self._stopped.is_set():
                 return
             self._start()
+            late = self._stopped.is_set()
+        if late:
+            # A stop came while this start was under way, and gave up waiting for it (see
+            # _stop): stop what the start has just started.
+            self._stop(self.conf.shutdown_timeout.total_seconds())
 
     def _start(self) -> None:
         self.check()
@@ -268,13 +275,26 @@ class SchedulerService:
         # Let a start under way finish first, but not for longer than the shutdown may take:
         # a start stuck on an unreachable database must not hold up the process's exit.
         if not self._start_lock.acquire(timeout=wait):
-            logger.warning("Stopping while the scheduler was still starting")
+            logger.warning("Stopping while the scheduler was still starting: it stops once started")
             return []
         try:
             if self.scheduler is None:
                 return []
+            # Once: by stop(), or by a start that a stop gave up waiting for. The other call
+            # waits for it, or the process could exit halfway through its writes.
+            stopping_elsewhere, self._shut_down = self._shut_down, True
         finally:
             self._start_lock.release()
+        if stopping_elsewhere:
+            self._shut_done.wait(2 * wait + _STOP_WRITES_TIMEOUT)
+            return []
+        try:
+            return self._shut(wait)
+        finally:
+            self._shut_done.set()
+
+    def _shut(self, wait: float) -> list[str]:
+        assert self.scheduler is not None
         # Stop dispatching first: a maintenance pass that waits on the database must not keep
         # firings coming after a SIGTERM.
         if self.maintenance is not None:

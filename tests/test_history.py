@@ -277,6 +277,33 @@ class StopTests(TransactionTestCase):
         # The first stop marked the run interrupted before the second returned.
         self.assertEqual(TaskRun.objects.get(task_name="long").status, RunStatus.INTERRUPTED)
 
+    def test_a_start_that_a_stop_gave_up_waiting_for_stops_once_it_is_done(self):
+        """A stop waits for a start under way only as long as the shutdown may take; the
+        start must not then go on and fire tasks in a process that has stopped."""
+        definitions = TaskRegistry()
+        definition = definitions.add(lambda: None, fixed_rate="1h", name="after-stop")
+        service = SchedulerService([definition])
+        self.addCleanup(service.stop, 5)
+        starting, go_on, real_start = threading.Event(), threading.Event(), service._start
+
+        def slow_start() -> None:
+            starting.set()
+            go_on.wait(30)  # a database slow to answer at start-up
+            real_start()
+
+        service._start = slow_start  # type: ignore[method-assign]
+        start = threading.Thread(target=service.start)
+        start.start()
+        self.addCleanup(start.join, 30)
+        self.assertTrue(starting.wait(15))
+        self.assertEqual(service.stop(0.1), [])  # gave up waiting for the start
+        go_on.set()
+        start.join(30)
+        assert service.scheduler is not None
+        self.assertTrue(service.scheduler.stopping)
+        assert service.writer is not None and service.keepalive is not None
+        self.assertFalse(service.keepalive._thread.is_alive())
+
 
 class HousekeepingServiceTests(TransactionTestCase):
     def test_a_running_service_prunes_and_marks_lost_runs(self):
