@@ -401,12 +401,15 @@ class TaskRunner:
         self._settled_elsewhere(spec, claimed)
         return True
 
-    def _settled_elsewhere(self, spec: TaskSpec, last: datetime) -> None:
-        """Note that another instance claimed the fire time *last* of *spec*: its schedule
-        moves on from there, with nothing left to look at again."""
+    def _settled_elsewhere(
+        self, spec: TaskSpec, last: datetime, skipped: datetime | None = None
+    ) -> None:
+        """Note that another instance claimed the fire time *last* of *spec*, so that this
+        one skips *skipped* (by default *last* itself): its schedule moves on from *last*,
+        with nothing left to look at again."""
         spec.state = replace(spec.state, last_fire_time=last)
         spec.recheck = None
-        self._count_skip(spec, last, "already run")
+        self._count_skip(spec, skipped or last, "already run")
 
     def _still_replaced(self, spec: TaskSpec) -> bool:
         """Return whether the row still holds the newer deployment's trigger (one read,
@@ -816,7 +819,7 @@ class TaskRunner:
                 if spec.name in taken:
                     # Its lock and its fire time went to another instance after the row was
                     # read.
-                    self._settled_elsewhere(spec, taken[spec.name])
+                    self._settled_elsewhere(spec, taken[spec.name], to_run[index].fire_time)
                     outcomes[index] = self._next(spec)
                 elif spec.name not in locks:
                     holder = found.locks.get(spec.name)

@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
 
 from django_scheduling import scheduler as scheduler_module
-from django_scheduling import state
+from django_scheduling import signals, state
 from django_scheduling.conf import get_settings
 from django_scheduling.execution import TaskRunner
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
@@ -328,6 +328,35 @@ class BatchTests(TransactionTestCase):
         self.assertEqual(b.runner.skipped, 4)
         a.run_calls(entries_a, claimed)
         self.assertEqual([c.count for c in counters], [1] * 4)
+
+    def test_a_firing_claimed_meanwhile_is_reported_skipped_at_its_own_fire_time(self):
+        # Another instance, its clock ahead, claimed a later fire time after this one read the
+        # rows: the skip names the fire time this instance skipped, not the other's.
+        definitions, _ = self.tasks(2)
+        a, b = self.instance("a"), self.instance("b")
+        entries_a, entries_b = a.entries(definitions), b.entries(definitions)
+        before = state.read_rows([entry.name for entry in entries_b], using="default")
+        self.clock.now = T0 + timedelta(seconds=10)
+        claimed = a.batch(entries_a, T0 + timedelta(seconds=10))
+        self.assertTrue(all(isinstance(outcome, Call) for outcome in claimed))
+        self.clock.now = T0
+        skipped: list[tuple[str, datetime | None, str]] = []
+
+        def on_run_skipped(sender, **kw):
+            skipped.append((sender, kw["scheduled_at"], kw["reason"]))
+
+        signals.run_skipped.connect(on_run_skipped, weak=False)
+        self.addCleanup(signals.run_skipped.disconnect, on_run_skipped)
+        read_rows = state.read_rows
+        state.read_rows = lambda *args, **kwargs: before
+        try:
+            b.batch(entries_b, T0)
+        finally:
+            state.read_rows = read_rows
+        self.assertEqual(
+            sorted(skipped), [("job000", T0, "already run"), ("job001", T0, "already run")]
+        )
+        a.run_calls(entries_a, claimed)
 
     def test_a_failed_look_at_firings_claimed_meanwhile_still_starts_those_claimed_here(self):
         definitions, counters = self.tasks(4)
