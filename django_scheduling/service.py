@@ -98,8 +98,8 @@ class SchedulerService:
             self._start()
             late = self._stopped.is_set()
         if late:
-            # A stop came while this start was under way, and gave up waiting for it (see
-            # _stop): stop what the start has just started.
+            # A stop came while this start was under way. It may have given up waiting for it
+            # (see _stop): stop what the start has just started, unless the stop does.
             self._stop(self.conf.shutdown_timeout.total_seconds())
 
     def _start(self) -> None:
@@ -264,6 +264,8 @@ class SchedulerService:
             # Another thread is stopping it (runserver's Ctrl-C, then atexit): let it finish,
             # or the process could exit halfway through its writes.
             self._stop_done.wait(2 * wait + _STOP_WRITES_TIMEOUT)
+            if self._shut_down:  # a start that the first gave up waiting for is stopping it
+                self._shut_done.wait(2 * wait + _STOP_WRITES_TIMEOUT)
             return []
         self._stopped.set()
         try:

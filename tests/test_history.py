@@ -297,7 +297,24 @@ class StopTests(TransactionTestCase):
         self.addCleanup(start.join, 30)
         self.assertTrue(starting.wait(15))
         self.assertEqual(service.stop(0.1), [])  # gave up waiting for the start
+        shutting, finish, real_shut = threading.Event(), threading.Event(), service._shut
+
+        def slow_shut(wait: float) -> list[str]:
+            shutting.set()
+            finish.wait(30)  # the late stop is slow to write its records
+            return real_shut(wait)
+
+        service._shut = slow_shut  # type: ignore[method-assign]
         go_on.set()
+        self.assertTrue(shutting.wait(15))
+        # atexit's stop() must wait for the late stop, or the process exits halfway through.
+        second = threading.Thread(target=service.stop, args=(0.1,))
+        second.start()
+        self.addCleanup(second.join, 30)
+        second.join(0.5)
+        self.assertTrue(second.is_alive())
+        finish.set()
+        second.join(30)
         start.join(30)
         assert service.scheduler is not None
         self.assertTrue(service.scheduler.stopping)
