@@ -27,11 +27,6 @@ KEEP_ALIVE_MINIMUM = timedelta(milliseconds=200)
 RETRY_AFTER = timedelta(milliseconds=500)
 
 
-#: Guards a kept-alive lock's extension against its release. Locks share these, striped by
-#: identity, rather than hold one each: a burst claimed ahead holds thousands of locks.
-_MUTEXES = tuple(threading.Lock() for _ in range(64))
-
-
 class KeptAliveLock:
     """The lock of a running task, extended by a ``KeepAlive`` thread until ``release()``.
 
@@ -49,7 +44,9 @@ class KeptAliveLock:
         #: A lock whose unlock failed (database unreachable), to unlock again later.
         self.unreleased: Lock | None = None
         self._keeper = keeper
-        self._mutex = _MUTEXES[hash(self) % len(_MUTEXES)]
+        # One each, not shared: an extension holds it across a database round trip, which
+        # must not hold up the release of another task's lock.
+        self._mutex = threading.Lock()
         # Measured on this host's clock, like every later comparison here; None: no minimum.
         least = lock.config.lock_at_least_for
         self._least_until = utcnow() + least if least else None
