@@ -3,8 +3,8 @@
 One dispatcher thread keeps every task in a heap of times, each with the list of the tasks whose
 next fire time it is. It sleeps until the earliest one is due (or until something earlier is
 added), pops every due entry in one hold of the lock and hands each to the worker pool. A task
-goes back into the heap only when its run has ended, so one task never runs twice at once in
-this process. The dispatcher does no I/O:
+goes back into the delay queue only when its run has ended, so one task never runs twice at
+once in this process. The dispatcher does no I/O:
 what a firing does (locking, history) is the runner's business, on a worker thread (see
 ``execution.TaskRunner``), and the runner returns when the entry fires next. Firings the runner
 can batch go, in batches of ``BATCH_SIZE``, to the claim threads; each claimed firing comes back
@@ -165,9 +165,10 @@ class BatchRunner(Runner, Protocol):
         """Wait until the ends of the runs started from batches are recorded."""
 
 
-#: An item of the delay queue: (when, _SLOT), for the entries scheduled at *when*; or
-#: (when, kind, entry, item) for a run request and for the calls claimed ahead. Requests due
-#: at the same time are ordered by entry name.
+#: An item of the delay queue: (when, _SLOT) for the entries scheduled at *when*, (when,
+#: _CLAIMED) for the calls claimed ahead that wait for *when* (in ``_State.claimed``), or
+#: (when, _REQUEST, entry, request) for a run request. Requests due at the same time are
+#: ordered by entry name.
 _Item = tuple[float, int] | tuple[float, int, Entry, Any]
 
 
@@ -180,7 +181,7 @@ class _State:
     #: ``next_fire_time`` no longer matches.
     slots: dict[float, list[Entry]] = field(default_factory=dict)
     entries: dict[str, Entry] = field(default_factory=dict)
-    #: How many firings the runner can batch wait in the heap, by instant: a burst.
+    #: How many firings the runner can batch wait in the delay queue, by instant: a burst.
     bursts: dict[float, int] = field(default_factory=dict)
     #: The last instant whose burst was taken ahead.
     taken_ahead: float = 0.0
@@ -465,7 +466,7 @@ class Scheduler:
                     waiting = self._state.claimed.get(at)
                     if waiting is None:
                         waiting = self._state.claimed[at] = []
-                        self._heap_push(at, _CLAIMED, entry, None)
+                        self._heap_push(at, _CLAIMED)
                     waiting.append((entry, call))
                     return
 
@@ -537,13 +538,13 @@ class Scheduler:
                     self._state.slots[at] = staying
                     kept.append(item)
                 continue
-            entry, firing = item[2], item[3]  # type: ignore[misc]
             if kind == _CLAIMED:
                 if at > now:
                     kept.append(item)
                 else:
                     calls += self._state.claimed.pop(at, ())
                 continue
+            entry, firing = item[2], item[3]  # type: ignore[misc]
             if at > now:
                 kept.append(item)
                 continue

@@ -82,7 +82,9 @@ def kept_state(trigger: Trigger, state: TriggerState) -> TriggerState:
     After a burst, the thousands of tasks on one cron line are in one state, and keep one
     object instead of one each (with a datetime of its own for the end of each run).
     """
-    if state.last_finished is not None and not getattr(trigger, "uses_last_finished", True):
+    if getattr(trigger, "uses_last_finished", True):
+        return state  # the end of each run: a state per task, nothing to share
+    if state.last_finished is not None:
         state = TriggerState(state.anchor, state.last_fire_time)
     kept = _kept_states.setdefault(state, state)
     if len(_kept_states) > _KEPT_STATES_MAX:

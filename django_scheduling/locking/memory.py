@@ -75,6 +75,8 @@ class InMemoryLockProvider:
 
 
 class _MemoryLock(Lock):
+    __slots__ = ("_provider", "_token")
+
     def __init__(
         self,
         provider: InMemoryLockProvider,
