@@ -163,21 +163,34 @@ def test_growth_core_threads_then_queue_then_max_threads_then_rejection(make_poo
 def test_an_unbounded_queue_grows_to_max_size_then_queues_and_never_rejects(make_pool, gate):
     rejections = Rejections()
     pool = make_pool(core_size=1, max_size=3, queue_capacity=None, on_reject=rejections)
-    for index in range(3):
-        assert pool.submit(gate.blocker(f"busy{index}"), label=f"busy{index}")
-    # No thread was idle: each item started a thread, up to max_size.
-    assert counts(pool) == (3, 3, 0)
-    for index in range(3):  # started, not only handed over: they run before the others
-        gate.wait_started(f"busy{index}")
-    for index in range(500):  # far more than any bounded default: all wait, none is dropped
-        assert pool.submit(gate.quick(f"waiting{index}"), label=f"waiting{index}")
-    stats = pool.stats()
-    assert (stats.threads, stats.queued, stats.rejected, stats.queue_capacity) == (3, 500, 0, None)
-    assert str(stats) == "queue 500/unbounded, threads 3/3"
-    gate.open()
-    wait_until(lambda: pool.stats().completed == 503, "every item ran")
-    assert rejections.calls == []
-    assert gate.ran[3:] == [f"waiting{index}" for index in range(500)]  # in order
+    # busy0 ends with the gate; busy1 and busy2 hold their threads until the end, so that one
+    # thread takes the queue, and the order the items start in is the queue's order.
+    held = Gate()
+    try:
+        assert pool.submit(gate.blocker("busy0"), label="busy0")
+        for index in (1, 2):
+            assert pool.submit(held.blocker(f"busy{index}"), label=f"busy{index}")
+        # No thread was idle: each item started a thread, up to max_size.
+        assert counts(pool) == (3, 3, 0)
+        # Started, not only handed over: they run before the others.
+        gate.wait_started("busy0")
+        held.wait_started("busy1", "busy2")
+        for index in range(500):  # far more than any bounded default: all wait, none dropped
+            assert pool.submit(gate.quick(f"waiting{index}"), label=f"waiting{index}")
+        stats = pool.stats()
+        assert (stats.threads, stats.queued, stats.rejected, stats.queue_capacity) == (
+            3,
+            500,
+            0,
+            None,
+        )
+        assert str(stats) == "queue 500/unbounded, threads 3/3"
+        gate.open()
+        wait_until(lambda: pool.stats().completed == 501, "every waiting item ran")
+        assert rejections.calls == []
+        assert gate.ran[1:] == [f"waiting{index}" for index in range(500)]  # in order
+    finally:
+        held.open()
 
 
 def test_an_unbounded_queue_uses_an_idle_thread_before_starting_one(make_pool, gate):
