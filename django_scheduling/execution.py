@@ -165,22 +165,52 @@ class TaskSpec(Entry):
     longest_run = _trouble_field("longest_run")
 
 
-@dataclass(slots=True)
-class _ClaimedRun:
-    """A firing claimed in a batch, to run on a worker thread: ``run(done)`` of its ``Call``.
-    One small object per claimed firing: a burst claimed ahead keeps thousands at once."""
+_NO_TIME = timedelta(0)
 
-    runner: TaskRunner
-    spec: TaskSpec
-    fire_time: datetime | None
-    run_id: int | None
-    held: KeptAliveLock
-    planned: datetime | None
 
-    def __call__(self, done: Callable[[datetime | None], None]) -> None:
-        self.runner._run_claimed(
-            self.spec, self.fire_time, self.run_id, self.held, self.planned, done
-        )
+class _ClaimedRun(Call):
+    """A firing claimed in a batch, from its claim to the record of its end: ``run(done)``
+    runs it on a worker thread and hands its end to the writer, which calls it back with
+    whether the lock was lost. One object all along: a burst claimed ahead keeps thousands at
+    once."""
+
+    __slots__ = (
+        "done",
+        "duration",
+        "exc",
+        "fire_time",
+        "held",
+        "next_time",
+        "planned",
+        "run_id",
+        "runner",
+        "spec",
+    )
+
+    def __init__(
+        self,
+        runner: TaskRunner,
+        spec: TaskSpec,
+        fire_time: datetime | None,
+        run_id: int | None,
+        held: KeptAliveLock,
+        planned: datetime | None,
+        at: datetime | None,
+    ) -> None:
+        super().__init__(at)
+        self.runner, self.spec, self.fire_time = runner, spec, fire_time
+        self.run_id, self.held, self.planned = run_id, held, planned
+        # Set when the run has ended, for the writer's call back:
+        self.done: Callable[[datetime | None], None] | None = None
+        self.next_time: datetime | None = None
+        self.duration = _NO_TIME
+        self.exc: BaseException | None = None
+
+    def run(self, done: Callable[[datetime | None], None]) -> None:
+        self.runner._run_claimed(self, done)
+
+    def __call__(self, lost: bool) -> None:
+        self.runner._claimed_written(self, lost)
 
 
 @dataclass(slots=True)
@@ -923,10 +953,11 @@ class TaskRunner:
             held = self.keepalive.hold(lock, spec.name) if self.keepalive is not None else None
             if held is None:
                 held = KeptAliveLock(lock, spec.name, None)
-            claimed_run = _ClaimedRun(self, spec, fire_time, run_id, held, planned)
+            at = ahead.get(index)
+            claimed_run = _ClaimedRun(self, spec, fire_time, run_id, held, planned, at)
             with self._counts_lock:
                 self._claimed[spec.name] = claimed_run
-            outcomes[index] = Call(claimed_run, ahead.get(index))
+            outcomes[index] = claimed_run
         if unrun_locks:
             self._release_unrun(unrun_locks, unrun_ids)
 
@@ -990,50 +1021,43 @@ class TaskRunner:
         assert self.writer is not None
         self.writer.release(locks)
 
-    def _run_claimed(
-        self,
-        spec: TaskSpec,
-        fire_time: datetime | None,
-        run_id: int | None,
-        held: KeptAliveLock,
-        planned: datetime | None,
-        done: Any,
-    ) -> None:
+    def _run_claimed(self, run: _ClaimedRun, done: Callable[[datetime | None], None]) -> None:
         """Run a firing claimed in a batch (on a worker thread) and hand its end to the
         writer, which calls ``done`` with the next fire time once it is recorded."""
         assert self.writer is not None
+        spec = run.spec
         with self._counts_lock:
             self._claimed.pop(spec.name, None)
             if not self._claimed:
                 self._claimed.clear()  # frees the table a burst grew (a pop never shrinks it)
         started = self.clock()
         try:
-            self._finish_claimed(spec, fire_time, run_id, held, planned, done, started)
+            self._finish_claimed(run, done, started)
         except BaseException as exc:
             # Whatever escaped (a CancelledError, a trigger that raised): the run is over, its
             # lock must not be kept alive, and its task must fire again.
             logger.exception("Finishing the run of %s failed", spec.name)
-            lock = held.detach()
+            lock = run.held.detach()
             end = None
-            if run_id is not None:
+            if run.run_id is not None:
                 error = (f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc), "")
-                end = history.Ended(run_id, RunStatus.FAILED, started, self.clock(), error)
+                end = history.Ended(run.run_id, RunStatus.FAILED, started, self.clock(), error)
             retry = self.clock() + timedelta(seconds=1)
             self.writer.add(Finished(spec.name, end, None, lock, lambda lost: done(retry)))
             if isinstance(exc, KeyboardInterrupt):
                 raise
 
     def _finish_claimed(
-        self,
-        spec: TaskSpec,
-        fire_time: datetime | None,
-        run_id: int | None,
-        held: KeptAliveLock,
-        planned: datetime | None,
-        done: Any,
-        started: datetime,
+        self, run: _ClaimedRun, done: Callable[[datetime | None], None], started: datetime
     ) -> None:
         assert self.writer is not None
+        spec, fire_time, run_id, held, planned = (
+            run.spec,
+            run.fire_time,
+            run.run_id,
+            run.held,
+            run.planned,
+        )
         close_old_connections()
         try:
             status, error, duration, exc, finished = self._call_noted(spec, fire_time, run_id, held)
@@ -1056,18 +1080,24 @@ class TaskRunner:
                 ) and not self._trigger_replaced(spec):
                     self._lock_lost(spec, run_id, fire_time)
 
-        def written(lost: bool) -> None:
-            try:
-                if lost or held.lost:
-                    self._lock_lost(spec, run_id, fire_time)
-                self._signal_end(spec, fire_time, run_id, duration, exc)
-            finally:
-                done(next_time)
-
+        # What the writer's call back needs: kept on the run, not in a closure per run.
+        run.done, run.next_time, run.duration, run.exc = done, next_time, duration, exc
         end = None
         if run_id is not None:
             end = history.Ended(run_id, status, started, finished, error)
-        self.writer.add(Finished(spec.name, end, row_write, held.detach(), written))
+        self.writer.add(Finished(spec.name, end, row_write, held.detach(), run))
+
+    def _claimed_written(self, run: _ClaimedRun, lost: bool) -> None:
+        """The end of the claimed *run* is recorded: signal it, and tell the scheduler."""
+        done, exc = run.done, run.exc
+        run.done = run.exc = None  # nor the exception's traceback, once done
+        assert done is not None
+        try:
+            if lost or run.held.lost:
+                self._lock_lost(run.spec, run.run_id, run.fire_time)
+            self._signal_end(run.spec, run.fire_time, run.run_id, run.duration, exc)
+        finally:
+            done(run.next_time)
 
     def drain(self, timeout: float | None) -> bool:
         """Wait until the ends of the runs claimed in batches are recorded."""

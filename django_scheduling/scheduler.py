@@ -72,15 +72,37 @@ class RunRequest:
 Firing = datetime | RunRequest
 
 
-@dataclass(frozen=True, slots=True)
 class Call:
     """A firing that the runner has claimed in a batch: ``run(done)`` runs the task on a
     worker thread, and ``done(next_time)`` is called once its end is recorded, possibly later
-    and from another thread."""
+    and from another thread. Runners subclass it (see ``FunctionCall``); a burst claimed ahead
+    keeps one per firing until its instant."""
 
-    run: Callable[[Callable[[datetime | None], None]], None]
-    #: Claimed ahead of its time: it starts no earlier than this.
-    at: datetime | None = None
+    __slots__ = ("at", "entry")
+
+    def __init__(self, at: datetime | None = None) -> None:
+        #: Claimed ahead of its time: it starts no earlier than this.
+        self.at = at
+        #: The entry it fires, set by the scheduler when the runner hands it over.
+        self.entry: Entry | None = None
+
+    def run(self, done: Callable[[datetime | None], None]) -> None:
+        raise NotImplementedError
+
+
+class FunctionCall(Call):
+    """A ``Call`` that runs ``fn(done)``."""
+
+    __slots__ = ("fn",)
+
+    def __init__(
+        self, fn: Callable[[Callable[[datetime | None], None]], None], at: datetime | None = None
+    ) -> None:
+        super().__init__(at)
+        self.fn = fn
+
+    def run(self, done: Callable[[datetime | None], None]) -> None:
+        self.fn(done)
 
 
 class Single(enum.Enum):
@@ -124,18 +146,25 @@ class _Work:
         self.scheduler._run_firing(self)
 
 
-@dataclass(slots=True)
-class _CallWork:
-    """A claimed firing handed to the pool: *call* for *entry*, to start no earlier than *at*
-    (a timestamp). An object, not closures: a burst hands thousands over at once."""
+class _Calls:
+    """Claimed firings whose time has come, run in order by the pool workers that drain
+    them: a burst hands thousands over at once, and not one pool item each."""
 
-    scheduler: Scheduler
-    entry: Entry
-    call: Call
-    at: float
+    __slots__ = ("calls", "scheduler")
+
+    def __init__(self, scheduler: Scheduler, calls: list[Call]) -> None:
+        self.scheduler = scheduler
+        calls.reverse()  # taken from the end: the first one first
+        self.calls = calls
 
     def __call__(self) -> None:
-        self.scheduler._run_call(self)
+        calls, run = self.calls, self.scheduler._run_call
+        while True:
+            try:
+                call = calls.pop()  # atomic: each call is taken by one worker
+            except IndexError:
+                return
+            run(call)
 
 
 class Runner(Protocol):
@@ -187,7 +216,7 @@ class _State:
     taken_ahead: float = 0.0
     #: The firings claimed ahead, by the instant they wait for (the heap holds one item for
     #: each instant).
-    claimed: dict[float, list[tuple[Entry, Call]]] = field(default_factory=dict)
+    claimed: dict[float, list[Call]] = field(default_factory=dict)
 
 
 def in_batches(due: list[_Work], size: int, *, start: float) -> list[list[_Work]]:
@@ -335,9 +364,8 @@ class Scheduler:
             with self._cond:
                 claimed = sorted(self._state.claimed.items())
                 self._state.claimed.clear()
-            for _, calls in claimed:
-                for entry, call in calls:
-                    self._submit_call(entry, call)
+            if claimed:
+                self._run_calls([call for _, calls in claimed for call in calls])
         self.pool.shutdown(wait=True, timeout=remaining())
         if self._batches is not None:
             self.runner.drain(remaining())  # type: ignore[attr-defined]
@@ -398,11 +426,11 @@ class Scheduler:
             # they hold, would stay in memory until the next burst.
             del taken
 
-    def _hand_over(self, due: list[_Work], calls: list[tuple[Entry, Call]]) -> None:
+    def _hand_over(self, due: list[_Work], calls: list[Call]) -> None:
         """Hand the due firings and the claimed calls whose time has come to the pool (and
         the batchable firings to the claim threads)."""
-        for entry, call in calls:
-            self._submit_call(entry, call)
+        if calls:
+            self._run_calls(calls)
         if self._batches is not None:
             due = self._submit_batches(due)
         for firing in due:
@@ -413,17 +441,22 @@ class Scheduler:
         the others."""
         assert self._batches is not None
         runner: BatchRunner = self.runner  # type: ignore[assignment]
-        batch = [work for work in due if runner.batchable(work.entry, work.firing)]
+        batch: list[_Work] = []
+        alone: list[_Work] = []
+        for work in due:
+            (batch if runner.batchable(work.entry, work.firing) else alone).append(work)
         if not batch:
-            return due
-        batched: set[int] = set()
-        for chunk in in_batches(batch, BATCH_SIZE, start=self._random.random()):
+            return alone
+        chunks = in_batches(batch, BATCH_SIZE, start=self._random.random())
+        del batch
+        for index, chunk in enumerate(chunks):
             try:
                 self._batches.submit(functools.partial(self._claim, chunk), label="claims")
             except RuntimeError:
-                break  # no claim thread could start: the rest one at a time, in the pool
-            batched.update(map(id, chunk))
-        return [work for work in due if id(work) not in batched]
+                # No claim thread could start: the rest one at a time, in the pool.
+                alone += [work for rest in chunks[index:] for work in rest]
+                break
+        return alone
 
     def _claim(self, chunk: list[_Work]) -> None:
         """Claim *chunk* (on a claim thread) and hand each firing on as the runner says."""
@@ -439,54 +472,71 @@ class Scheduler:
             for work in chunk:
                 self._finish(work.entry, self._retry_time(work.entry), reschedule=True)
             return
+        calls: list[Call] = []
         for work, outcome in zip(chunk, outcomes, strict=True):
             if isinstance(outcome, Call):
-                self._submit_call(work.entry, outcome)
+                outcome.entry = work.entry
+                calls.append(outcome)
             elif outcome is SINGLE:
                 if isinstance(work.firing, datetime) and work.firing.timestamp() > time.time():
                     # Taken ahead with its burst: it goes alone, at its time, not before.
-                    self._submit_call(
-                        work.entry, Call(functools.partial(self._run_single, work), work.firing)
-                    )
+                    call = FunctionCall(functools.partial(self._run_single, work), work.firing)
+                    call.entry = work.entry
+                    calls.append(call)
                 else:
                     self._submit(work)
             else:
                 work.entry.failures = 0
                 self._finish(work.entry, outcome, reschedule=True)
+        if calls:
+            self._submit_calls(calls)
 
     def _run_single(self, work: _Work, done: Callable[[datetime | None], None]) -> None:
         done(self.runner.run(work.entry, work.firing))
 
-    def _submit_call(self, entry: Entry, call: Call) -> None:
-        """Hand the claimed firing *call* to the pool, or to the heap until its time."""
-        at = call.at.timestamp() if call.at is not None else 0.0
-        if at > time.time():
-            with self._cond:
-                if not self.stopping:
-                    waiting = self._state.claimed.get(at)
-                    if waiting is None:
-                        waiting = self._state.claimed[at] = []
-                        self._heap_push(at, _CLAIMED)
-                    waiting.append((entry, call))
-                    return
+    def _submit_calls(self, calls: list[Call]) -> None:
+        """Hand the claimed *calls* to the pool, those claimed ahead to the delay queue until
+        their time."""
+        now = time.time()
+        ready: list[Call] = []
+        with self._cond:
+            claimed = self._state.claimed
+            for call in calls:
+                at = call.at.timestamp() if call.at is not None else 0.0
+                if at <= now or self.stopping:
+                    ready.append(call)
+                    continue
+                waiting = claimed.get(at)
+                if waiting is None:
+                    waiting = claimed[at] = []
+                    self._heap_push(at, _CLAIMED)
+                waiting.append(call)
+        if ready:
+            self._run_calls(ready)
 
-        work = _CallWork(self, entry, call, at)
-        try:
-            self.pool.submit(work, label=entry.name, must_run=True)
-        except RuntimeError:
-            # Claimed already: it must run. No worker could start (a thread limit, or the
-            # pool is shutting down), so the claim thread runs it.
-            work()
+    def _run_calls(self, calls: list[Call]) -> None:
+        """Run the claimed *calls* on the pool: as many workers as it may have (as many as
+        if each were submitted alone) take them in turn."""
+        work = _Calls(self, calls)
+        for _ in range(min(len(calls), self.pool.max_size)):
+            try:
+                self.pool.submit(work, label="claimed firings", must_run=True)
+            except RuntimeError:
+                # Claimed already: they must run. No worker could start (a thread limit, or
+                # the pool is shutting down), so this thread runs those no worker took.
+                work()
+                return
 
-    def _run_call(self, work: _CallWork) -> None:
+    def _run_call(self, call: Call) -> None:
         """Run a claimed firing on a worker thread, no earlier than its time."""
-        entry = work.entry
+        entry = call.entry
+        assert entry is not None
         # Claimed ahead, and handed over at a stop: the dispatcher no longer waits for it.
-        if (wait := work.at - time.time()) > 0:
+        if call.at is not None and (wait := call.at.timestamp() - time.time()) > 0:
             time.sleep(wait)
         try:
             with stopping_context(lambda: self.stopping):
-                work.call.run(functools.partial(self._call_done, entry))
+                call.run(functools.partial(self._call_done, entry))
         except Exception:
             logger.exception("Running %s failed outside the task itself", entry.name)
             self._finish(entry, self._retry_time(entry), reschedule=True)
@@ -495,7 +545,7 @@ class Scheduler:
         entry.failures = 0
         self._finish(entry, next_time, reschedule=True)
 
-    def _take_due(self) -> tuple[list[_Work], list[tuple[Entry, Call]]] | None:
+    def _take_due(self) -> tuple[list[_Work], list[Call]] | None:
         """Wait until entries are due, or a burst is to be claimed ahead, and return them with
         the firings claimed ahead whose time has come; None once the scheduler stops."""
         with self._cond:
@@ -519,14 +569,14 @@ class Scheduler:
                 self._cond.wait(min(wake - now, self.MAX_SLEEP))
             return None
 
-    def _pop(self, limit: float, now: float) -> tuple[list[_Work], list[tuple[Entry, Call]]]:
+    def _pop(self, limit: float, now: float) -> tuple[list[_Work], list[Call]]:
         """Pop the heap up to *limit*: the due entries and the claimed calls due by *now*.
 
         A *limit* after *now* takes a burst ahead: only firings the runner batches leave the
         heap; the others wait there for their time."""
         heap, bursts = self._state.heap, self._state.bursts
         due: list[_Work] = []
-        calls: list[tuple[Entry, Call]] = []
+        calls: list[Call] = []
         kept: list[_Item] = []
         while heap and heap[0][0] <= limit:
             item = heapq.heappop(heap)

@@ -164,6 +164,23 @@ class BatchTests(TransactionTestCase):
             self.assertLessEqual(lock.lock_until, datetime.now(UTC))
         self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
 
+    def test_a_claimed_run_is_one_object_from_its_claim_to_the_record_of_its_end(self):
+        # A burst keeps every claimed firing in memory at once, and then every end the writer
+        # has not written yet: a closure and its cells per run made each several times larger.
+        definitions, counters = self.tasks(5)
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        outcomes = a.batch(entries, T0)
+        handed: list = []
+        add = a.writer.add
+        a.writer.add = lambda finished: (handed.append(finished), add(finished))[-1]
+        self.assertEqual(a.run_calls(entries, outcomes), 5)
+        self.assertEqual([c.count for c in counters], [1] * 5)
+        self.assertEqual(len(handed), 5)
+        # The writer calls the run back itself once its end is recorded.
+        self.assertEqual({id(f.done) for f in handed}, {id(o) for o in outcomes})
+        self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
+
     def test_the_writer_keeps_no_ended_run_once_it_is_written(self):
         # Kept while the thread waited for the next ends, a burst of 10,000 stayed in memory
         # until the next burst.

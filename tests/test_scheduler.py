@@ -19,8 +19,8 @@ from django_scheduling.scheduler import (
     BATCH_SIZE,
     CLAIM_AHEAD_MAX,
     SINGLE,
-    Call,
     Entry,
+    FunctionCall,
     RunRequest,
     Scheduler,
     claim_ahead,
@@ -416,7 +416,7 @@ class BatchMemoryRunner(MemoryRunner):
         return [
             SINGLE
             if entry.name.startswith("alone")
-            else Call(functools.partial(self._run_call, entry, firing), firing)
+            else FunctionCall(functools.partial(self._run_call, entry, firing), firing)
             for entry, firing in items
         ]
 
@@ -500,7 +500,7 @@ class ClaimAheadTests(SimpleTestCase):
 
         def watched_run_batch(items):
             calls = run_batch(items)
-            kept.extend(weakref.ref(call.run) for call in calls)
+            kept.extend(weakref.ref(call.fn) for call in calls)
             return calls
 
         runner.run_batch = watched_run_batch
@@ -509,6 +509,19 @@ class ClaimAheadTests(SimpleTestCase):
         self.assertEqual(len(kept), 2_000)
         wait_for(lambda: scheduler.pool.stats().active == 0)
         wait_for(lambda: not any(ref() for ref in kept))
+
+    def test_a_burst_is_handed_to_the_pool_as_a_few_items_not_one_per_firing(self):
+        # One pool item per claimed firing made thousands of objects at the burst's instant.
+        scheduler = self.make(BatchMemoryRunner())
+        tasks = self.burst(scheduler, 2_000, now() + timedelta(seconds=2))  # claimed 1 s ahead
+        scheduler.start()
+        wait_for(lambda: all(task.runs for task in tasks) and not scheduler.pool.stats().active)
+        stats = scheduler.pool.stats()
+        self.assertEqual(stats.max_size, 8)
+        # A few items per hand-over, each drained by one worker: here one hand-over, at the
+        # instant, unless a batch's claim ended after it.
+        self.assertLessEqual(stats.completed, 8 * 3)
+        self.assertEqual(sum(len(task.runs) for task in tasks), 2_000)
 
     def test_firings_claimed_ahead_still_run_at_their_time_when_the_scheduler_stops(self):
         runner = BatchMemoryRunner()
