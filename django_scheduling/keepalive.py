@@ -8,6 +8,7 @@ no history write and no housekeeping can delay an extension until the lock expir
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from datetime import timedelta
@@ -50,13 +51,25 @@ class KeptAliveLock:
         # Measured on this host's clock, like every later comparison here; None: no minimum.
         least = lock.config.lock_at_least_for
         self._least_until = utcnow() + least if least else None
-        self.due = time.monotonic() + self._interval(lock)
+        self.due = self._next_due(lock)
         if keeper is not None:
             keeper._add(self)
 
     @staticmethod
     def _interval(lock: Lock) -> float:
         return max(lock.config.lock_at_most_for / 2, KEEP_ALIVE_MINIMUM).total_seconds()
+
+    def _next_due(self, lock: Lock) -> float:
+        """Return when to extend *lock* next: rounded up to a hundredth of a second, and the
+        same object for the locks taken together (a burst claimed ahead holds thousands)."""
+        due = math.ceil((time.monotonic() + self._interval(lock)) * 100) / 100
+        keeper = self._keeper
+        if keeper is None:
+            return due
+        if keeper._last_due == due:
+            return keeper._last_due
+        keeper._last_due = due
+        return due
 
     def extend(self) -> None:
         """Extend the lock now (the keep-alive thread calls this when it is due)."""
@@ -84,7 +97,7 @@ class KeptAliveLock:
                 self.lock, self.lost = None, True
                 return
             self.lock = extended
-            self.due = time.monotonic() + self._interval(extended)
+            self.due = self._next_due(extended)
 
     def detach(self) -> Lock | None:
         """Stop extending and return the lock, to be released by the caller; ``None`` when it
@@ -122,6 +135,7 @@ class KeepAlive:
         self._cond = threading.Condition()
         self._stopped = False
         self._wake_at: float | None = None  # when the thread wakes next (None: when told)
+        self._last_due = 0.0  # the last extension time given out, shared by equal ones
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def start(self) -> None:
