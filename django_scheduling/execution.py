@@ -1051,13 +1051,8 @@ class TaskRunner:
         self, run: _ClaimedRun, done: Callable[[datetime | None], None], started: datetime
     ) -> None:
         assert self.writer is not None
-        spec, fire_time, run_id, held, planned = (
-            run.spec,
-            run.fire_time,
-            run.run_id,
-            run.held,
-            run.planned,
-        )
+        spec, fire_time, run_id, held = run.spec, run.fire_time, run.run_id, run.held
+        planned = run.planned
         close_old_connections()
         try:
             status, error, duration, exc, finished = self._call_noted(spec, fire_time, run_id, held)
