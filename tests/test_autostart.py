@@ -171,10 +171,19 @@ class AutostartProcessTests(TransactionTestCase):
         )
 
     def assert_tasks_run_in(self, pids: list[int]) -> None:
+        """Wait until a task has run in each of *pids*.
+
+        In each, not in any: a gunicorn worker that gets SIGTERM between its fork and setting
+        its own signal handlers loses it (the master's handler, inherited, only queues it), and
+        runs on until the master kills it. A worker whose scheduler has run a task is past that.
+        """
         poll(
-            lambda: Execution.objects.filter(pid__in=pids).exists(),
+            lambda: (
+                set(Execution.objects.filter(pid__in=pids).values_list("pid", flat=True))
+                == set(pids)
+            ),
             timeout=30,
-            message=f"no task ran in processes {pids}",
+            message=f"a task did not run in each of the processes {pids}",
         )
 
     def assert_stopped(self, pid: int) -> None:
