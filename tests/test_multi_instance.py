@@ -27,8 +27,8 @@ from django_scheduling.models import RunStatus, TaskLock, TaskRun
 from .processes import ROOT, Process, manage, poll, process_env, skewed
 from .testapp.models import Execution
 
-# Every database on Django 6.1; Django 5.2 on MariaDB only: the suite's slowest tests, whose
-# subject is the processes and the database, not the Django version.
+# Every database on Django 6.1; Django 5.2 on MariaDB only, but for the outage: the suite's
+# slowest tests, whose subject is the processes and the database, not the Django version.
 pytestmark = [pytest.mark.processes, pytest.mark.sessions("6.1", "5.2/mysql")]
 
 SECOND = timedelta(seconds=1)
@@ -195,6 +195,7 @@ QUERY = "SELECT task, fire_time, pid FROM testapp_execution ORDER BY fire_time"
 
 
 @pytest.mark.vendor("mysql")
+@pytest.mark.sessions("6.1")
 class MariaDBOutageTests(DatabaseOutage, TransactionTestCase):
     script, variables = "mariadb-test-server", "MARIADB_TEST"
 

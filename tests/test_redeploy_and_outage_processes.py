@@ -38,9 +38,9 @@ from django_scheduling.triggers import make_trigger
 from .processes import ROOT, Process, manage, poll, process_env
 from .testapp.models import Execution
 
-# Every database on Django 6.1; Django 5.2 on MariaDB only: the suite's slowest tests, whose
-# subject is the processes and the database, not the Django version.
-pytestmark = [pytest.mark.processes, pytest.mark.sessions("6.1", "5.2/mysql")]
+# Every database on Django 6.1 only: among the suite's slowest tests, whose subject is the
+# processes and the database, not the Django version (test_multi_instance.py keeps Django 5.2).
+pytestmark = [pytest.mark.processes, pytest.mark.sessions("6.1")]
 
 FAKETIME = next(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"), None)
 #: The first deployment of the zone-change check runs this far in the past: zones differ by

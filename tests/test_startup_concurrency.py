@@ -68,6 +68,7 @@ def wait_for_other_sessions_to_end() -> None:
 
 
 @pytest.mark.vendor("postgresql", "mysql")
+@pytest.mark.sessions("6.1")
 class ConcurrentStartUpTests(TransactionTestCase):
     def start_together(self, services: list[SchedulerService]) -> list[BaseException]:
         """Start *services* on threads of their own (each with its own connection), all at
