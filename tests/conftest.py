@@ -10,9 +10,17 @@ Django version, optionally with a database) and is deselected in the others; wit
 """
 
 import os
+import signal
 
 import django
 import pytest
+
+# A suite started in the background by a non-interactive shell (``scripts/test &``, a CI
+# runner) inherits SIGINT ignored, and so would every server it starts, which then could not be
+# stopped with Ctrl-C as the tests do. Python's own handler here makes the children start with
+# the default, as they do from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 VENDORS = {"mysql", "postgresql", "sqlite"}
 
