@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import os
 import signal
 import threading
 from datetime import datetime
@@ -75,7 +74,6 @@ class Command(BaseCommand):
         if options["list"]:
             self._list(definitions)
             return
-        _limit_malloc_arenas()
         if options["metrics_port"] is not None:
             self._serve_metrics(options["metrics_port"])
         service = SchedulerService(
@@ -201,31 +199,6 @@ def _local(moment: Any) -> str:
     if moment is None:
         return "never"
     return timezone.localtime(moment).isoformat(timespec="seconds")
-
-
-#: glibc's ``mallopt`` parameter for the most arenas (``M_ARENA_MAX`` in malloc.h).
-_M_ARENA_MAX = -8
-#: How many malloc arenas runscheduler lets glibc make, unless ``MALLOC_ARENA_MAX`` says.
-MALLOC_ARENAS = 2
-
-
-def _limit_malloc_arenas() -> bool:
-    """Let glibc's malloc make at most ``MALLOC_ARENAS`` arenas in this process, before the
-    scheduler starts its threads; return whether it did.
-
-    By default glibc gives each thread that allocates while others do an arena of its own, up
-    to eight per core, and an arena keeps the memory of its busiest moment. The pool grows to
-    ``MAX_POOL_SIZE`` threads in a burst, and each kept its arena afterwards. Python runs one
-    thread at a time, so the threads lose nothing by sharing two. ``MALLOC_ARENA_MAX`` in the
-    environment is left to decide; other C libraries have no arenas to limit.
-    """
-    if "MALLOC_ARENA_MAX" in os.environ:
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_ARENA_MAX, MALLOC_ARENAS))
 
 
 def _settle_memory() -> None:
