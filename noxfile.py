@@ -1,7 +1,7 @@
 """The test matrix, run by ``scripts/test`` (``nox`` alone runs it too).
 
 Django 6.1 on Python 3.13 runs the whole suite on SQLite, MariaDB and PostgreSQL, and Django 5.2
-LTS on Python 3.11 on SQLite and MariaDB. Django 6.0 on Python 3.12 runs a subset on each of the
+LTS on Python 3.11 on SQLite and MariaDB, but for the slowest process tests. Django 6.0 on Python 3.12 runs a subset on each of the
 three that still goes through every database path: locks, history and the firing path.
 
     nox -l                                  # list the sessions
@@ -59,7 +59,7 @@ SECONDARY = {("6.1", "sqlite"): "postgresql", ("6.1", "postgresql"): "mysql"}
 @nox.session(python="3.11", name="tests-5.2")
 @nox.parametrize("database", ["mysql", "sqlite"], ids=["mysql", "sqlite"])
 def tests_django_52(session: nox.Session, database: str) -> None:
-    """Django 5.2 LTS, the whole suite."""
+    """Django 5.2 LTS, the whole suite but the slowest process tests (their ``sessions`` marks)."""
     run_suite(session, "5.2", database)
 
 

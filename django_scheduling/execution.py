@@ -439,7 +439,7 @@ class TaskRunner:
         with nothing left to look at again."""
         spec.state = replace(spec.state, last_fire_time=last)
         spec.recheck = None
-        self._count_skip(spec, skipped or last, "already run")
+        self._count_skip(spec, last if skipped is None else skipped, "already run")
 
     def _still_replaced(self, spec: TaskSpec) -> bool:
         """Return whether the row still holds the newer deployment's trigger (one read,

@@ -68,6 +68,7 @@ def wait_for_other_sessions_to_end() -> None:
 
 
 @pytest.mark.vendor("postgresql", "mysql")
+# Under Django 6.1 only: among the suite's slowest tests, about the database, not Django.
 @pytest.mark.sessions("6.1")
 class ConcurrentStartUpTests(TransactionTestCase):
     def start_together(self, services: list[SchedulerService]) -> list[BaseException]:
