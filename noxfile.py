@@ -1,8 +1,9 @@
 """The test matrix, run by ``scripts/test`` (``nox`` alone runs it too).
 
 Django 6.1 on Python 3.13 runs the whole suite on SQLite, MariaDB and PostgreSQL, and Django 5.2
-LTS on Python 3.11 on SQLite and MariaDB, but for the slowest process tests. Django 6.0 on Python 3.12 runs a subset on each of the
-three that still goes through every database path: locks, history and the firing path.
+LTS on Python 3.11 on SQLite and MariaDB, but for the slowest process tests. Django 6.0 on
+Python 3.12 runs a subset on each of the three that still goes through every database path:
+locks, history and the firing path.
 
     nox -l                                  # list the sessions
     nox -s "tests-6.1(postgresql)"          # one session
