@@ -172,8 +172,14 @@ class RowLockOrderTests(TransactionTestCase):
 
     def wait_until_the_start_up_waits_for_a_row(self) -> None:
         def waiting() -> bool:
+            # This database's sessions only: the server may serve other test runs at once.
+            # (In the test's transaction, pg_stat_activity is a snapshot until cleared.)
             with connection.cursor() as cursor:
-                cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                cursor.execute("SELECT pg_stat_clear_snapshot()")
+                cursor.execute(
+                    "SELECT count(*) FROM pg_locks JOIN pg_stat_activity USING (pid) "
+                    "WHERE NOT granted AND datname = current_database()"
+                )
                 return cursor.fetchone()[0] > 0
 
         poll(waiting, timeout=DEADLINE, message="the start-up never waited for a row")
