@@ -8,13 +8,15 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.request
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import gunicorn
 import pytest
-from django.test import TransactionTestCase, override_settings
+from django.test import SimpleTestCase, TransactionTestCase, override_settings
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -141,6 +143,44 @@ class InProcessMetricsTests(TransactionTestCase):
 
 
 @pytest.mark.processes
+class MetricLockTests(SimpleTestCase):
+    """A firing's metrics do not wait on a lock of the whole metric: every pool thread records
+    every firing, and under a burst they queued on prometheus_client's ``labels()`` lock."""
+
+    def setUp(self) -> None:
+        metrics.install()
+
+    def test_a_task_already_counted_is_counted_while_the_metrics_lock_is_held(self):
+        # The receivers of run_started and run_succeeded, called as the pool thread calls them.
+        metrics._started("m_hot", scheduled_at=datetime.now(UTC))
+        metrics._succeeded("m_hot", duration=timedelta(seconds=1))
+        names = [
+            "django_scheduling_lateness_seconds",
+            "django_scheduling_runs_total",
+            "django_scheduling_run_duration_seconds",
+            "django_scheduling_last_success_timestamp_seconds",
+        ]
+        # prometheus_client keeps the collector of each name, and each has its own lock.
+        collectors = {REGISTRY._names_to_collectors[name] for name in names}
+        before = sample("django_scheduling_runs_total", task="m_hot", status="succeeded")
+        done = threading.Event()
+
+        def fire() -> None:
+            metrics._started("m_hot", scheduled_at=datetime.now(UTC))
+            metrics._succeeded("m_hot", duration=timedelta(seconds=1))
+            done.set()
+
+        with ExitStack() as held:
+            for collector in collectors:
+                held.enter_context(collector._lock)
+            thread = threading.Thread(target=fire)
+            thread.start()
+            self.assertTrue(done.wait(10), "the firing waited for the metrics' lock")
+        thread.join()
+        after = sample("django_scheduling_runs_total", task="m_hot", status="succeeded")
+        self.assertEqual(after, before + 1)
+
+
 class GunicornMetricsTests(TransactionTestCase):
     """Three gunicorn workers, each with its scheduler, share prometheus_client's multiprocess
     directory; a scrape of any worker adds up all three."""
