@@ -30,10 +30,8 @@ nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).resolve().parent
-#: Sessions run in the order they are listed, four at a time (``scripts/test``): the three of
-#: Django 6.1 (the whole suite, the longest) first, then Django 5.2, then the short Django 6.0
-#: subset, which fills the gaps at the end. With 5.2 first, 6.1 on SQLite started only when a
-#: 5.2 session ended, and the two in a row were the longest path of the run.
+#: Sessions run in the order they are listed, four at a time (``scripts/test``): Django 5.2,
+#: then 6.1 (the whole suite), then the short Django 6.0 subset, which fills the gaps at the end.
 EVERY_DATABASE = ["mysql", "postgresql", "sqlite"]
 SUBSET = [
     "tests/test_locking_contract.py",
@@ -59,18 +57,18 @@ ENGINES = {
 SECONDARY = {("6.1", "sqlite"): "postgresql", ("6.1", "postgresql"): "mysql"}
 
 
-@nox.session(python="3.13", name="tests-6.1")
-@nox.parametrize("database", EVERY_DATABASE, ids=EVERY_DATABASE)
-def tests_django_61(session: nox.Session, database: str) -> None:
-    """Django 6.1, the whole suite."""
-    run_suite(session, "6.1", database)
-
-
 @nox.session(python="3.11", name="tests-5.2")
 @nox.parametrize("database", ["mysql", "sqlite"], ids=["mysql", "sqlite"])
 def tests_django_52(session: nox.Session, database: str) -> None:
     """Django 5.2 LTS, the whole suite but the slowest process tests (their ``sessions`` marks)."""
     run_suite(session, "5.2", database)
+
+
+@nox.session(python="3.13", name="tests-6.1")
+@nox.parametrize("database", EVERY_DATABASE, ids=EVERY_DATABASE)
+def tests_django_61(session: nox.Session, database: str) -> None:
+    """Django 6.1, the whole suite."""
+    run_suite(session, "6.1", database)
 
 
 @nox.session(python="3.12", name="tests-6.0")
