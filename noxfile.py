@@ -12,14 +12,17 @@ locks, history and the firing path.
 MariaDB and PostgreSQL: ``TEST_MYSQL_URL`` and ``TEST_POSTGRES_URL`` when set, else the throwaway
 servers of ``scripts/mariadb-test-server`` and ``scripts/postgres-test-server``, started here if
 they are not running. Redis (Celery's broker in tests/test_engines*.py): ``TEST_REDIS_URL``, else
-``scripts/redis-test-server``. Virtualenvs live in ``.nox/`` and are reused: a session installs
-again only when ``pyproject.toml`` or its packages changed.
+``scripts/redis-test-server``. The sessions of one Django version share its virtualenv,
+``.nox/django-X.Y``, installed by the first of them and again only when ``pyproject.toml`` or its
+packages changed.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -57,21 +60,21 @@ ENGINES = {
 SECONDARY = {("6.1", "sqlite"): "postgresql", ("6.1", "postgresql"): "mysql"}
 
 
-@nox.session(python="3.11", name="tests-5.2")
+@nox.session(python="3.11", name="tests-5.2", venv_backend="none")
 @nox.parametrize("database", ["mysql", "sqlite"], ids=["mysql", "sqlite"])
 def tests_django_52(session: nox.Session, database: str) -> None:
     """Django 5.2 LTS, the whole suite but the slowest process tests (their ``sessions`` marks)."""
     run_suite(session, "5.2", database)
 
 
-@nox.session(python="3.13", name="tests-6.1")
+@nox.session(python="3.13", name="tests-6.1", venv_backend="none")
 @nox.parametrize("database", EVERY_DATABASE, ids=EVERY_DATABASE)
 def tests_django_61(session: nox.Session, database: str) -> None:
     """Django 6.1, the whole suite."""
     run_suite(session, "6.1", database)
 
 
-@nox.session(python="3.12", name="tests-6.0")
+@nox.session(python="3.12", name="tests-6.0", venv_backend="none")
 @nox.parametrize("database", EVERY_DATABASE, ids=EVERY_DATABASE)
 def tests_django_60(session: nox.Session, database: str) -> None:
     """Django 6.0, the database paths."""
@@ -79,29 +82,45 @@ def tests_django_60(session: nox.Session, database: str) -> None:
 
 
 def run_suite(session: nox.Session, django: str, database: str, *paths: str) -> None:
-    install(session, f"Django~={django}.0")
+    python = suite_python(session, django)
     env = {
         "DATABASE_URL": database_url(session, database),
         "TEST_REDIS_URL": database_url(session, "redis"),
     }
     if (secondary := SECONDARY.get((django, database))) is not None:
         env["SECONDARY_DATABASE_URL"] = database_url(session, secondary)
-    session.run("python", "-m", "pytest", *paths, *session.posargs, env=env)
+    session.run(python, "-m", "pytest", *paths, *session.posargs, env=env, external=True)
 
 
-def install(session: nox.Session, django: str) -> None:
-    """Install the project with its test extras and *django*, unless this virtualenv already
-    has them."""
-    version = django.removeprefix("Django~=").removesuffix(".0")
-    packages = [django, *ENGINES[version]]
+def suite_python(session: nox.Session, django: str) -> str:
+    """Return the Python of the virtualenv of Django *django*, ``.nox/django-X.Y``: one for all
+    the sessions of that version, created and installed here unless it already has the project
+    with its test extras and the packages of that version.
+
+    A session that finds another one installing it waits for it (a lock file beside it).
+    """
+    venv = ROOT / ".nox" / f"django-{django}"
+    python = venv / "bin" / "python"
+    packages = [f"Django~={django}.0", *ENGINES[django]]
     wanted = hashlib.sha256(
         (ROOT / "pyproject.toml").read_bytes() + " ".join(packages).encode()
     ).hexdigest()
-    marker = Path(session.virtualenv.location) / ".installed"
-    if marker.exists() and marker.read_text() == wanted:
-        return
-    session.install("-e", ".[mysql,postgres,test]", *packages)
-    marker.write_text(wanted)
+    marker = venv / ".installed"
+    venv.parent.mkdir(exist_ok=True)
+    with open(venv.parent / f"django-{django}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists() and marker.read_text() == wanted:
+            return str(python)
+        interpreter = shutil.which(f"python{session.python}")
+        if interpreter is None:
+            session.error(f"python{session.python} is not on PATH (see scripts/test)")
+        session.run(interpreter, "-m", "venv", "--clear", str(venv), external=True)
+        session.run(
+            str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+            "-e", ".[mysql,postgres,test]", *packages, external=True,
+        )  # fmt: skip
+        marker.write_text(wanted)
+    return str(python)
 
 
 def database_url(session: nox.Session, database: str) -> str:
