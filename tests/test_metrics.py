@@ -142,7 +142,6 @@ class InProcessMetricsTests(TransactionTestCase):
         )
 
 
-@pytest.mark.processes
 class MetricLockTests(SimpleTestCase):
     """A firing's metrics do not wait on a lock of the whole metric: every pool thread records
     every firing, and under a burst they queued on prometheus_client's ``labels()`` lock."""
@@ -181,6 +180,7 @@ class MetricLockTests(SimpleTestCase):
         self.assertEqual(after, before + 1)
 
 
+@pytest.mark.processes
 class GunicornMetricsTests(TransactionTestCase):
     """Three gunicorn workers, each with its scheduler, share prometheus_client's multiprocess
     directory; a scrape of any worker adds up all three."""
