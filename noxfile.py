@@ -24,6 +24,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -102,14 +103,11 @@ def suite_python(session: nox.Session, django: str) -> str:
     venv = ROOT / ".nox" / f"django-{django}"
     python = venv / "bin" / "python"
     packages = [f"Django~={django}.0", *ENGINES[django]]
-    wanted = hashlib.sha256(
-        (ROOT / "pyproject.toml").read_bytes() + " ".join(packages).encode()
-    ).hexdigest()
-    marker = venv / ".installed"
     venv.parent.mkdir(exist_ok=True)
     with open(venv.parent / f"django-{django}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists() and marker.read_text() == wanted:
+        done, record = installed(venv, packages)
+        if done:
             return str(python)
         interpreter = shutil.which(f"python{session.python}")
         if interpreter is None:
@@ -119,8 +117,19 @@ def suite_python(session: nox.Session, django: str) -> str:
             str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
             "-e", ".[mysql,postgres,test]", *packages, external=True,
         )  # fmt: skip
-        marker.write_text(wanted)
+        record()
     return str(python)
+
+
+def installed(venv: Path, packages: list[str]) -> tuple[bool, Callable[[], object]]:
+    """Return whether *venv* has the project and *packages* installed as they are now, and
+    the call that records it once they are."""
+    marker = venv / ".installed"
+    wanted = hashlib.sha256(
+        (ROOT / "pyproject.toml").read_bytes() + " ".join(packages).encode()
+    ).hexdigest()
+    done = marker.exists() and marker.read_text() == wanted
+    return done, lambda: marker.write_text(wanted)
 
 
 def database_url(session: nox.Session, database: str) -> str:
@@ -153,11 +162,8 @@ def bench_enqueue(session: nox.Session) -> None:
 
     ``nox -s bench-enqueue [-- options]``: every system it compares installs here.
     """
-    wanted = hashlib.sha256(
-        (ROOT / "pyproject.toml").read_bytes() + " ".join(BENCH_ENQUEUE).encode()
-    ).hexdigest()
-    marker = Path(session.virtualenv.location) / ".installed"
-    if not (marker.exists() and marker.read_text() == wanted):
+    done, record = installed(Path(session.virtualenv.location), BENCH_ENQUEUE)
+    if not done:
         session.install("-e", ".[postgres]", *BENCH_ENQUEUE)
-        marker.write_text(wanted)
+        record()
     session.run("python", "benchmarks/bench_enqueue.py", *session.posargs)
