@@ -55,7 +55,7 @@ from .conf import SchedulingSettings
 from .context import current_fire_time, firing_context
 from .dbconnection import KeptConnection
 from .decisions import TRIGGER_CHANGED, Run, Skip, decide
-from .keepalive import KeepAlive, KeptAliveLock
+from .keepalive import KeepAlive, KeptAliveLock, WaitingLocks
 from .locking import LockConfiguration, LockError, LockProvider
 from .locking.database import is_conflict
 from .models import RunStatus
@@ -172,7 +172,7 @@ class _ClaimedRun(Call):
     """A firing claimed in a batch, from its claim to the record of its end: ``run(done)``
     runs it on a worker thread and hands its end to the writer, which calls it back with
     whether the lock was lost. One object all along: a burst claimed ahead keeps thousands at
-    once."""
+    once. Until it starts, its lock waits with the batch's (``waiting``, at ``slot``)."""
 
     __slots__ = (
         "done",
@@ -184,7 +184,9 @@ class _ClaimedRun(Call):
         "planned",
         "run_id",
         "runner",
+        "slot",
         "spec",
+        "waiting",
     )
 
     def __init__(
@@ -193,18 +195,30 @@ class _ClaimedRun(Call):
         spec: TaskSpec,
         fire_time: datetime | None,
         run_id: int | None,
-        held: KeptAliveLock,
+        waiting: WaitingLocks,
+        slot: int,
         planned: datetime | None,
         at: datetime | None,
     ) -> None:
         super().__init__(at)
         self.runner, self.spec, self.fire_time = runner, spec, fire_time
-        self.run_id, self.held, self.planned = run_id, held, planned
+        self.run_id, self.planned = run_id, planned
+        self.waiting: WaitingLocks | None = waiting
+        self.slot = slot
+        #: Its lock, kept alive on its own, once the run starts (see ``take_lock()``).
+        self.held: KeptAliveLock | None = None
         # Set when the run has ended, for the writer's call back:
         self.done: Callable[[datetime | None], None] | None = None
         self.next_time: datetime | None = None
         self.duration = _NO_TIME
         self.exc: BaseException | None = None
+
+    def take_lock(self) -> KeptAliveLock:
+        """Return the run's lock, kept alive on its own from now on."""
+        if self.held is None:
+            assert self.waiting is not None
+            self.held, self.waiting = self.waiting.start(self.slot), None
+        return self.held
 
     def run(self, done: Callable[[datetime | None], None]) -> None:
         self.runner._run_claimed(self, done)
@@ -938,23 +952,26 @@ class TaskRunner:
         """Make each claimed firing of *won* a ``Call``, that starts at its time in *ahead* if
         it was claimed ahead of it; release the locks of the others."""
         unrun_locks, unrun_ids = [], []
+        to_start: list[tuple[int, Any, int | None]] = []
         for (index, lock), run_id in zip(won, run_ids, strict=True):
             spec = specs[index]
-            fire_time = decisions[index].fire_time
             if spec.name not in claimed:
                 unrun_locks.append(lock)
                 if run_id is not None:
                     unrun_ids.append(run_id)
-                self._count_skip(spec, fire_time, "already run")
+                self._count_skip(spec, decisions[index].fire_time, "already run")
                 outcomes[index] = self._next(spec)
                 continue
-            planned = claimed[spec.name]
+            to_start.append((index, lock, run_id))
+        # One keep-alive record for the locks of the batch until each run starts.
+        waiting = WaitingLocks([lock for _, lock, _ in to_start], self.keepalive)
+        for slot, (index, _, run_id) in enumerate(to_start):
+            spec = specs[index]
+            fire_time = decisions[index].fire_time
             spec.state = replace(spec.state, last_fire_time=fire_time)
-            held = self.keepalive.hold(lock, spec.name) if self.keepalive is not None else None
-            if held is None:
-                held = KeptAliveLock(lock, spec.name, None)
-            at = ahead.get(index)
-            claimed_run = _ClaimedRun(self, spec, fire_time, run_id, held, planned, at)
+            claimed_run = _ClaimedRun(
+                self, spec, fire_time, run_id, waiting, slot, claimed[spec.name], ahead.get(index)
+            )
             with self._counts_lock:
                 self._claimed[spec.name] = claimed_run
             outcomes[index] = claimed_run
@@ -1030,6 +1047,7 @@ class TaskRunner:
             self._claimed.pop(spec.name, None)
             if not self._claimed:
                 self._claimed.clear()  # frees the table a burst grew (a pop never shrinks it)
+        run.take_lock()
         started = self.clock()
         try:
             self._finish_claimed(run, done, started)
@@ -1037,7 +1055,7 @@ class TaskRunner:
             # Whatever escaped (a CancelledError, a trigger that raised): the run is over, its
             # lock must not be kept alive, and its task must fire again.
             logger.exception("Finishing the run of %s failed", spec.name)
-            lock = run.held.detach()
+            lock = run.take_lock().detach()
             end = None
             if run.run_id is not None:
                 error = (f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc), "")
@@ -1051,7 +1069,7 @@ class TaskRunner:
         self, run: _ClaimedRun, done: Callable[[datetime | None], None], started: datetime
     ) -> None:
         assert self.writer is not None
-        spec, fire_time, run_id, held = run.spec, run.fire_time, run.run_id, run.held
+        spec, fire_time, run_id, held = run.spec, run.fire_time, run.run_id, run.take_lock()
         planned = run.planned
         close_old_connections()
         try:
@@ -1088,7 +1106,7 @@ class TaskRunner:
         run.done = run.exc = None  # nor the exception's traceback, once done
         assert done is not None
         try:
-            if lost or run.held.lost:
+            if lost or run.take_lock().lost:
                 self._lock_lost(run.spec, run.run_id, run.fire_time)
             self._signal_end(run.spec, run.fire_time, run.run_id, run.duration, exc)
         finally:
@@ -1430,8 +1448,10 @@ class TaskRunner:
             running = [self._running[name] for name in names if name in self._running]
             # Claimed in a batch, but the pool shut down before they started: their fire times
             # are spent (at most once), their locks are released here.
-            running += [self._claimed.pop(name) for name in names if name in self._claimed]
-        for item in running:
+            claimed = [self._claimed.pop(name) for name in names if name in self._claimed]
+        for run in claimed:
+            run.take_lock()
+        for item in [*running, *claimed]:
             if item.held is not None:
                 item.held.release()
         run_ids = [item.run_id for item in running if item.run_id is not None]

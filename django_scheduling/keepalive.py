@@ -11,14 +11,14 @@ import logging
 import math
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import close_old_connections
 
 from .clock import utcnow
 from .locking import Lock, LockError
 
-__all__ = ["KeepAlive", "KeptAliveLock", "KEEP_ALIVE_MINIMUM"]
+__all__ = ["KeepAlive", "KeptAliveLock", "WaitingLocks", "KEEP_ALIVE_MINIMUM"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,9 @@ class KeptAliveLock:
 
     __slots__ = ("_keeper", "_least_until", "_mutex", "due", "lock", "lost", "name", "unreleased")
 
-    def __init__(self, lock: Lock, name: str, keeper: KeepAlive | None) -> None:
+    def __init__(
+        self, lock: Lock, name: str, keeper: KeepAlive | None, since: datetime | None = None
+    ) -> None:
         self.lock: Lock | None = lock
         self.name = name
         self.lost = False
@@ -48,28 +50,13 @@ class KeptAliveLock:
         # One each, not shared: an extension holds it across a database round trip, which
         # must not hold up the release of another task's lock.
         self._mutex = threading.Lock()
-        # Measured on this host's clock, like every later comparison here; None: no minimum.
+        # Measured on this host's clock (from *since*, when the lock was taken earlier), like
+        # every later comparison here; None: no minimum.
         least = lock.config.lock_at_least_for
-        self._least_until = utcnow() + least if least else None
-        self.due = self._next_due(lock)
+        self._least_until = (since or utcnow()) + least if least else None
+        self.due = _next_due(_interval(lock), keeper)
         if keeper is not None:
             keeper._add(self)
-
-    @staticmethod
-    def _interval(lock: Lock) -> float:
-        return max(lock.config.lock_at_most_for / 2, KEEP_ALIVE_MINIMUM).total_seconds()
-
-    def _next_due(self, lock: Lock) -> float:
-        """Return when to extend *lock* next: rounded up to a hundredth of a second, and the
-        same object for the locks taken together (a burst claimed ahead holds thousands)."""
-        due = math.ceil((time.monotonic() + self._interval(lock)) * 100) / 100
-        keeper = self._keeper
-        if keeper is None:
-            return due
-        if keeper._last_due == due:
-            return keeper._last_due
-        keeper._last_due = due
-        return due
 
     def extend(self) -> None:
         """Extend the lock now (the keep-alive thread calls this when it is due)."""
@@ -97,7 +84,7 @@ class KeptAliveLock:
                 self.lock, self.lost = None, True
                 return
             self.lock = extended
-            self.due = self._next_due(extended)
+            self.due = _next_due(_interval(extended), self._keeper)
 
     def detach(self) -> Lock | None:
         """Stop extending and return the lock, to be released by the caller; ``None`` when it
@@ -127,11 +114,86 @@ class KeptAliveLock:
         return not self.lost
 
 
+def _interval(lock: Lock) -> float:
+    """Return how often *lock* is extended, in seconds."""
+    return max(lock.config.lock_at_most_for / 2, KEEP_ALIVE_MINIMUM).total_seconds()
+
+
+def _next_due(interval: float, keeper: KeepAlive | None) -> float:
+    """Return when to extend next, *interval* seconds from now: rounded up to a hundredth of a
+    second, and the same object for the locks taken together (a burst claimed ahead holds
+    thousands)."""
+    due = math.ceil((time.monotonic() + interval) * 100) / 100
+    if keeper is None:
+        return due
+    if keeper._last_due == due:
+        return keeper._last_due
+    keeper._last_due = due
+    return due
+
+
+class WaitingLocks:
+    """The locks of firings claimed together whose runs have not started yet: a burst claimed
+    ahead of its instant, or runs queued behind others. One keep-alive record for all of them,
+    instead of a ``KeptAliveLock`` each, while they wait.
+
+    ``start(index)`` gives the lock at *index* its own ``KeptAliveLock`` when its run starts.
+    If the locks come due for an extension first (a wait longer than half of
+    ``lock_at_most_for``), each one still waiting gets its own at once, extended then.
+    """
+
+    __slots__ = ("_keeper", "_left", "_locks", "_mutex", "_since", "due", "name")
+
+    def __init__(
+        self, locks: list[Lock], keeper: KeepAlive | None, since: datetime | None = None
+    ) -> None:
+        self._locks: list[Lock | KeptAliveLock] = list(locks)
+        self._left = len(locks)  # not started yet
+        self._keeper = keeper
+        self._mutex = threading.Lock()
+        # When they were taken, on this host's clock: lock_at_least_for counts from then.
+        self._since = since or utcnow()
+        self.name = f"{len(locks)} firings claimed together"
+        self.due = _next_due(min(map(_interval, locks), default=0.0), keeper)
+        if keeper is not None and locks:
+            keeper._add(self)
+
+    def start(self, index: int) -> KeptAliveLock:
+        """Return the lock at *index*, kept alive on its own from now on (the same object if
+        asked again)."""
+        with self._mutex:
+            lock = self._locks[index]
+            if isinstance(lock, KeptAliveLock):
+                return lock
+            held = self._locks[index] = self._keep(lock)
+            self._left -= 1
+            if not self._left and self._keeper is not None:
+                self._keeper._remove(self)
+        return held
+
+    def extend(self) -> None:
+        """Give each lock still waiting its own ``KeptAliveLock``, and extend it now."""
+        kept = []
+        with self._mutex:
+            for index, lock in enumerate(self._locks):
+                if not isinstance(lock, KeptAliveLock):
+                    self._locks[index] = held = self._keep(lock)
+                    kept.append(held)
+            self._left = 0
+            if self._keeper is not None:
+                self._keeper._remove(self)
+        for held in kept:
+            held.extend()
+
+    def _keep(self, lock: Lock) -> KeptAliveLock:
+        return KeptAliveLock(lock, lock.config.name, self._keeper, since=self._since)
+
+
 class KeepAlive:
     """A thread that extends the locks of running tasks when they are due, and nothing else."""
 
     def __init__(self, name: str = "scheduling-keepalive") -> None:
-        self._held: set[KeptAliveLock] = set()
+        self._held: set[KeptAliveLock | WaitingLocks] = set()
         self._cond = threading.Condition()
         self._stopped = False
         self._wake_at: float | None = None  # when the thread wakes next (None: when told)
@@ -156,7 +218,7 @@ class KeepAlive:
         with self._cond:
             return len(self._held)
 
-    def _add(self, held: KeptAliveLock) -> None:
+    def _add(self, held: KeptAliveLock | WaitingLocks) -> None:
         with self._cond:
             self._held.add(held)
             # Wake the thread only when this lock is due before it would wake anyway: a burst
@@ -165,7 +227,7 @@ class KeepAlive:
                 self._wake_at = held.due
                 self._cond.notify()
 
-    def _remove(self, held: KeptAliveLock) -> None:
+    def _remove(self, held: KeptAliveLock | WaitingLocks) -> None:
         with self._cond:
             self._held.discard(held)
             if not self._held:

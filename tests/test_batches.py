@@ -25,12 +25,15 @@ from django_scheduling import scheduler as scheduler_module
 from django_scheduling import signals, state
 from django_scheduling.conf import get_settings
 from django_scheduling.execution import TaskRunner
+from django_scheduling.keepalive import KeepAlive
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.outbox import Outbox
 from django_scheduling.registry import TaskRegistry
 from django_scheduling.scheduler import SINGLE, Call, Entry
 from django_scheduling.writer import EndWriter
+
+from .test_execution import database_now, poll_until
 
 T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
 DEADLINE = 30.0
@@ -180,6 +183,31 @@ class BatchTests(TransactionTestCase):
         # The writer calls the run back itself once its end is recorded.
         self.assertEqual({id(f.done) for f in handed}, {id(o) for o in outcomes})
         self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
+
+    def test_claimed_firings_keep_their_locks_alive_until_they_start(self):
+        # Claimed together, their locks wait under one keep-alive record; a wait longer than
+        # half of lock_at_most_for (a burst claimed ahead, a queue behind long runs) extends them.
+        definitions, counters = self.tasks(3, lock_at_most_for="400ms")
+        a = self.instance("a")
+        a.runner.keepalive = KeepAlive()
+        a.runner.keepalive.start()
+        self.addCleanup(a.runner.keepalive.stop)
+        entries = a.entries(definitions)
+        outcomes = a.batch(entries, T0)
+        first_expiry = max(lock.lock_until for lock in TaskLock.objects.all())
+        poll_until(lambda: database_now() > first_expiry + timedelta(milliseconds=100))
+        other = DatabaseLockProvider(owner="b")
+        for definition in definitions:
+            self.assertIsNone(other.lock(LockConfiguration(definition.name, "1m")))
+        self.assertEqual(a.run_calls(entries, outcomes), 3)
+        self.assertEqual([c.count for c in counters], [1] * 3)
+        runs = TaskRun.objects.all()
+        self.assertEqual({(r.status, r.lock_lost) for r in runs}, {(RunStatus.SUCCEEDED, False)})
+        self.assertEqual(len(a.runner.keepalive), 0)  # nothing left to extend
+        for definition in definitions:
+            lock = other.lock(LockConfiguration(definition.name, "1m"))
+            self.assertIsNotNone(lock)  # released at the end
+            lock.unlock()
 
     def test_the_writer_keeps_no_ended_run_once_it_is_written(self):
         # Kept while the thread waited for the next ends, a burst of 10,000 stayed in memory

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.test import SimpleTestCase
 
-from django_scheduling.keepalive import KeepAlive
+from django_scheduling.keepalive import KeepAlive, KeptAliveLock, WaitingLocks
 from django_scheduling.locking import LockConfiguration
 
 DEADLINE = 10
@@ -135,3 +135,70 @@ class KeepAliveTests(SimpleTestCase):
         self.assertLess(least, timedelta(milliseconds=400))
         self.assertGreater(least, timedelta(0))
         self.assertEqual(most, timedelta(milliseconds=400))
+
+
+class WaitingLocksTests(SimpleTestCase):
+    """The locks of firings claimed together, before their runs start: one keep-alive record."""
+
+    def setUp(self):
+        self.keeper = KeepAlive()
+        self.keeper.start()
+        self.addCleanup(self.keeper.stop)
+        self.calls = Calls()
+
+    def locks(self, count, most="1h", least=0):
+        return [
+            FakeLock(LockConfiguration(f"job{i}", most, least), self.calls) for i in range(count)
+        ]
+
+    def test_waiting_locks_are_one_record_until_each_run_starts(self):
+        locks = self.locks(3)
+        waiting = WaitingLocks(locks, self.keeper)
+        self.assertEqual(len(self.keeper), 1)
+        first = waiting.start(0)
+        self.assertIsInstance(first, KeptAliveLock)
+        self.assertIs(first.lock, locks[0])
+        self.assertEqual(first.name, "job0")
+        self.assertIs(waiting.start(0), first)  # asked again: the same record
+        self.assertEqual(len(self.keeper), 2)  # the batch's record and the started run's
+        second, third = waiting.start(1), waiting.start(2)
+        self.assertEqual(len(self.keeper), 3)  # the batch's record is gone with its last start
+        for held in (first, second, third):
+            self.assertTrue(held.release())
+        self.assertEqual(len(self.keeper), 0)
+        self.assertEqual(self.calls.extends(), [])
+        self.assertEqual([c[1] for c in self.calls], locks)  # each unlocked, once
+
+    def test_locks_waiting_longer_than_half_their_time_are_extended(self):
+        locks = self.locks(3, most="400ms")
+        waiting = WaitingLocks(locks, self.keeper)
+        started = waiting.start(1)  # one run started at once; the others wait
+        self.calls.wait_for_extends(3)
+        later = [waiting.start(0), waiting.start(2)]
+        extended = {c[1] for c in self.calls.extends()}
+        self.assertTrue(set(locks) <= extended)  # each extended, the started one on its own
+        for held in later:
+            # The run that starts afterwards holds the newest handle.
+            self.assertIn(held.lock, self.calls.returned)
+        for held in [started, *later]:
+            self.assertTrue(held.release())
+        self.assertEqual(len(self.keeper), 0)
+
+    def test_lock_at_least_for_counts_from_the_claim_not_the_start(self):
+        # Taken 200 ms ago with lock_at_least_for 300 ms: when the extension comes (due after
+        # 200 ms, half of lock_at_most_for), nothing of it remains.
+        locks = self.locks(1, most="400ms", least="300ms")
+        since = datetime.now(UTC) - timedelta(milliseconds=200)
+        waiting = WaitingLocks(locks, self.keeper, since=since)
+        self.calls.wait_for_extends(1)
+        waiting.start(0).release()
+        _, _, most, least = self.calls.extends()[0]
+        self.assertEqual(least, timedelta(0))
+        self.assertEqual(most, timedelta(milliseconds=400))
+
+    def test_without_a_keep_alive_thread_each_start_still_gets_its_lock(self):
+        locks = self.locks(2)
+        waiting = WaitingLocks(locks, None)
+        held = [waiting.start(0), waiting.start(1)]
+        self.assertEqual([h.lock for h in held], locks)
+        self.assertTrue(all(h.release() for h in held))
