@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from types import FunctionType, MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from . import engines
 from .conf import NAME_LENGTH
@@ -26,18 +26,14 @@ __all__ = ["TaskDefinition", "TaskRegistry", "registry", "scheduled", "autodisco
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class TaskDefinition:
-    """A task as declared in code: the function (or the django.tasks / Celery task that each
-    firing enqueues), its trigger options and its lock options."""
+class TaskOptions:
+    """The options of a task besides its name, function, trigger and arguments. Immutable, and
+    one object for the tasks declared alike (see ``TaskDefinition``)."""
 
-    name: str
-    func: Any
-    #: The trigger's options as declared; one dict is shared by the tasks declared alike, so
-    #: it is read, never changed.
-    trigger_options: dict[str, Any] = field(hash=False)
     lock: bool = True
     lock_at_most_for: timedelta | None = None
     lock_at_least_for: timedelta | None = None
@@ -47,14 +43,58 @@ class TaskDefinition:
     recover: bool = False
     #: Delay each firing by a deterministic offset in [0, jitter); None: the setting's JITTER.
     jitter: timedelta | None = None
-    #: The arguments of each call (or enqueue).
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
     #: ``engines.DJANGO_TASKS`` or ``engines.CELERY`` when each firing enqueues *func*.
     engine: str | None = None
     #: Celery only: how long a message may wait for a worker; None: until the next fire time;
     #: False: forever.
     expires: timedelta | bool | None = None
+
+
+#: The options objects in use, each kept once: 10,000 tasks declared alike share one.
+_OPTIONS: dict[TaskOptions, TaskOptions] = {}
+
+
+class _Option(Generic[T]):
+    """A task's option, read from its ``TaskOptions`` as if it were the definition's own."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, definition: TaskDefinition | None, owner: type | None = None) -> T:
+        if definition is None:
+            return self  # type: ignore[return-value]  # looked up on the class
+        value: T = getattr(definition.options, self.name)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDefinition:
+    """A task as declared in code: the function (or the django.tasks / Celery task that each
+    firing enqueues), its trigger options, the arguments of each call and its other options.
+
+    One per task for as long as the process runs: what tasks declared alike have in common
+    (the trigger's options, ``options``) is one object shared by them all.
+    """
+
+    name: str
+    func: Any
+    #: The trigger's options as declared; one dict is shared by the tasks declared alike, so
+    #: it is read, never changed.
+    trigger_options: dict[str, Any] = field(hash=False)
+    #: The arguments of each call (or enqueue).
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    options: TaskOptions = TaskOptions()
+
+    lock = _Option[bool]()
+    lock_at_most_for = _Option[timedelta | None]()
+    lock_at_least_for = _Option[timedelta | None]()
+    error = _Option[str | None]()
+    error_field = _Option[str | None]()
+    recover = _Option[bool]()
+    jitter = _Option[timedelta | None]()
+    engine = _Option[str | None]()
+    expires = _Option[timedelta | bool | None]()
 
     @property
     def is_async(self) -> bool:
@@ -156,26 +196,41 @@ def _definition(func: Any, name: str | None, **options: Any) -> TaskDefinition:
             )
         calls.update(_calls(func, engine, args, kwargs, expires))
     except _Invalid as exc:
-        return TaskDefinition(
+        return _defined(
             task_name,
             func,
             trigger_options,
-            lock,
+            lock=lock,
             error=exc.message,
             error_field=exc.field,
             engine=engine,
         )
-    return TaskDefinition(
+    return _defined(
         task_name,
         func,
         trigger_options,
-        lock,
-        most_td,
-        least_td,
+        lock=lock,
+        lock_at_most_for=most_td,
+        lock_at_least_for=least_td,
         recover=recover,
         jitter=jitter_td,
         **calls,
     )
+
+
+def _defined(
+    name: str,
+    func: Any,
+    trigger_options: dict[str, Any],
+    *,
+    args: tuple[Any, ...] = (),
+    kwargs: Mapping[str, Any] = _NO_KWARGS,
+    **options: Any,
+) -> TaskDefinition:
+    """Return the definition of a task, with the options object of the tasks declared alike."""
+    wanted = TaskOptions(**options)
+    shared = _OPTIONS.setdefault(wanted, wanted)
+    return TaskDefinition(name, func, trigger_options, args, kwargs, shared)
 
 
 def _calls(

@@ -199,6 +199,25 @@ class ScheduledDecoratorTests(SimpleTestCase):
             "cron 0/5 * * * * * Europe/Berlin",
         )
 
+    def test_tasks_declared_alike_share_their_options(self):
+        # 10,000 tasks declared alike keep one options object, not ten fields each.
+        for number in range(3):
+            scheduled(fixed_rate="5s", lock_at_most_for="5m", jitter="10s", name=f"o{number}")(job)
+        scheduled(fixed_rate="5s", lock_at_most_for="6m", jitter="10s", name="longer")(job)
+        scheduled(fixed_rate="5s", lock=False, name="unlocked")(job)
+        tasks = registry_module.registry
+        first, *others = [tasks.get(f"o{number}") for number in range(3)]
+        for other in others:
+            self.assertIs(other.options, first.options)
+        self.assertIsNot(tasks.get("longer").options, first.options)
+        # Read as the definition's own attributes.
+        self.assertEqual(
+            (first.lock, first.lock_at_most_for, first.jitter, first.engine, first.error),
+            (True, timedelta(minutes=5), timedelta(seconds=10), None, None),
+        )
+        self.assertEqual(tasks.get("longer").lock_at_most_for, timedelta(minutes=6))
+        self.assertFalse(tasks.get("unlocked").lock)
+
     def test_too_long_name_is_reported(self):
         scheduled(fixed_rate="5s", name="x" * 201)(job)
         self.assert_one_error("django_scheduling.E007", "the limit is 200")
