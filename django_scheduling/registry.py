@@ -50,10 +50,6 @@ class TaskOptions:
     expires: timedelta | bool | None = None
 
 
-#: The options objects in use, each kept once: 10,000 tasks declared alike share one.
-_OPTIONS: dict[TaskOptions, TaskOptions] = {}
-
-
 class _Option(Generic[T]):
     """A task's option, read from its ``TaskOptions`` as if it were the definition's own."""
 
@@ -229,8 +225,7 @@ def _defined(
 ) -> TaskDefinition:
     """Return the definition of a task, with the options object of the tasks declared alike."""
     wanted = TaskOptions(**options)
-    shared = _OPTIONS.setdefault(wanted, wanted)
-    return TaskDefinition(name, func, trigger_options, args, kwargs, shared)
+    return TaskDefinition(name, func, trigger_options, args, kwargs, _kept(wanted, wanted))
 
 
 def _calls(
@@ -305,22 +300,29 @@ def _calls(
     }
 
 
-#: The trigger options of the tasks declared so far, one dict per distinct set.
-_options: dict[object, dict[str, Any]] = {}
-_OPTIONS_SIZE = 1024
+#: What the tasks declared so far have in common, kept once per distinct value: their trigger
+#: options (a dict) and their other options (a ``TaskOptions``), by key.
+_kept_values: dict[object, Any] = {}
+_KEPT_SIZE = 1024
+
+
+def _kept(key: object, value: Any) -> Any:
+    """Return the value that earlier tasks hold under *key*, if any, else *value*: ten
+    thousand tasks declared alike keep one."""
+    shared = _kept_values.get(key)
+    if shared is None:
+        if len(_kept_values) >= _KEPT_SIZE:
+            _kept_values.clear()  # the tasks keep the values they hold
+        shared = _kept_values.setdefault(key, value)
+    return shared
 
 
 def _shared(options: dict[str, Any]) -> dict[str, Any]:
-    """Return the dict of trigger options equal to *options* that earlier tasks hold, if any:
-    ten thousand tasks declared alike keep one."""
+    """Return the dict of trigger options equal to *options* that earlier tasks hold, if any."""
     key = trigger_key(**options)
     if key is None:
         return options
-    shared = _options.get(key)
-    if shared is None:
-        if len(_options) >= _OPTIONS_SIZE:
-            _options.clear()  # the tasks keep the dicts they hold
-        shared = _options.setdefault(key, options)
+    shared: dict[str, Any] = _kept(key, options)
     return shared
 
 
