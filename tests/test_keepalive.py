@@ -55,13 +55,17 @@ class Calls(list):
                 raise AssertionError(f"fewer than {count} extensions before the deadline")
 
 
-class KeepAliveTests(SimpleTestCase):
+class KeeperTestCase(SimpleTestCase):
+    """A running keep-alive thread, and the calls the fake locks record."""
+
     def setUp(self):
         self.keeper = KeepAlive()
         self.keeper.start()
         self.addCleanup(self.keeper.stop)
         self.calls = Calls()
 
+
+class KeepAliveTests(KeeperTestCase):
     def keep(self, most="400ms", least=0, **options):
         config = LockConfiguration("job", most, least)
         return self.keeper.hold(FakeLock(config, self.calls, **options), "job")
@@ -137,14 +141,8 @@ class KeepAliveTests(SimpleTestCase):
         self.assertEqual(most, timedelta(milliseconds=400))
 
 
-class WaitingLocksTests(SimpleTestCase):
+class WaitingLocksTests(KeeperTestCase):
     """The locks of firings claimed together, before their runs start: one keep-alive record."""
-
-    def setUp(self):
-        self.keeper = KeepAlive()
-        self.keeper.start()
-        self.addCleanup(self.keeper.stop)
-        self.calls = Calls()
 
     def locks(self, count, most="1h", least=0):
         return [
