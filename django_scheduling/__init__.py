@@ -11,8 +11,14 @@ Declare a task with ``@scheduled`` in an app's ``tasks.py``::
 
 from __future__ import annotations
 
-from .context import current_fire_time, shutdown_requested
+from .context import cancel_requested, current_fire_time, shutdown_requested
 from .registry import scheduled
 from .triggers import MissedRuns
 
-__all__ = ["scheduled", "MissedRuns", "shutdown_requested", "current_fire_time"]
+__all__ = [
+    "scheduled",
+    "MissedRuns",
+    "cancel_requested",
+    "shutdown_requested",
+    "current_fire_time",
+]

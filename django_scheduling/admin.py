@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 
 from . import engines
 from .admin_views import (
+    OVERDUE_REASON_LABELS,
     STATE_LABELS,
     TaskControlMixin,
     admin_settings,
@@ -33,7 +34,7 @@ from .admin_views import (
     format_time,
 )
 from .models import RunStatus, ScheduledTask, TaskLock, TaskRun, TriggerKind
-from .monitoring import StateAnnotations, TaskState, annotate_state
+from .monitoring import OverdueReason, StateAnnotations, TaskState, annotate_state
 from .trends_admin import TrendsMixin
 
 if TYPE_CHECKING:
@@ -189,7 +190,12 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
         # Annotate before ordering: the default order sorts on the state.
         tasks = self.model._default_manager.using(conf.database)
         return (
-            annotate_state(tasks, now=now, overdue_after=conf.overdue_after)
+            annotate_state(
+                tasks,
+                now=now,
+                overdue_after=conf.overdue_after,
+                failing_after=conf.alert_after_failures,
+            )
             .select_related("last_run")
             .annotate(
                 lock_holder=Subquery(held.values("locked_by")[:1]),
@@ -237,6 +243,9 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
     @admin.display(description=_("state"), ordering="state_order")
     def state_badge(self, task: WithAnnotations[ScheduledTask, TaskAnnotations]) -> str:
         state = badge(task.state, STATE_LABELS[TaskState(task.state)])
+        if task.state == TaskState.OVERDUE and task.overdue_reason:
+            reason = OVERDUE_REASON_LABELS[OverdueReason(task.overdue_reason)]
+            state = format_html('{}<span class="ds-relative ds-reason">{}</span>', state, reason)
         # In the list, under the state: how the recent runs went (see TrendsMixin).
         return format_html("{}{}", state, self.recent_runs(task))
 

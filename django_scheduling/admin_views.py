@@ -36,7 +36,7 @@ from .conf import SchedulingSettings, get_settings
 from .durations import format_duration
 from .formats import format_time
 from .models import ScheduledTask, TaskRun
-from .monitoring import TaskState, overdue_tasks
+from .monitoring import OverdueReason, TaskState, overdue_tasks
 
 if TYPE_CHECKING:
     # The mixin is used only on a ModelAdmin of ScheduledTask, whose methods it calls.
@@ -45,6 +45,7 @@ else:
     _TaskAdminBase = object
 
 __all__ = [
+    "OVERDUE_REASON_LABELS",
     "STATE_LABELS",
     "TaskControlMixin",
     "admin_settings",
@@ -60,11 +61,18 @@ __all__ = [
 
 STATE_LABELS = {
     TaskState.OVERDUE: gettext_lazy("overdue"),
+    TaskState.FAILING: gettext_lazy("failing"),
     TaskState.RUNNING: gettext_lazy("running"),
     TaskState.PAUSED: gettext_lazy("paused"),
     TaskState.UPCOMING: gettext_lazy("upcoming"),
     TaskState.REMOVED: gettext_lazy("removed"),
     TaskState.DONE: gettext_lazy("done"),
+}
+
+OVERDUE_REASON_LABELS = {
+    OverdueReason.NOT_STARTED: gettext_lazy("no run started"),
+    OverdueReason.HUNG: gettext_lazy("a run hangs"),
+    OverdueReason.TIMED_OUT: gettext_lazy("a run timed out"),
 }
 
 

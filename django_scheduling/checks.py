@@ -39,6 +39,9 @@ _TASK_IDS = {
     "recover": "E003",
     "name": "E007",
     "function": "E009",
+    "option": "E011",
+    "limits": "E011",
+    "engine": "E012",
 }
 _TASK_HINTS = {
     "trigger": "Fix the options of @scheduled(...); the README lists them with examples.",
@@ -47,6 +50,12 @@ _TASK_HINTS = {
     "name": "Give the task a shorter or non-empty name='...'.",
     "function": "Give the parameters default values, or decorate a module-level function "
     "(a method needs an instance, which the scheduler does not have).",
+    "option": "Write the options of @scheduled(...) by keyword, with the names the docs list "
+    "(cron=, zone=, fixed_rate=, fixed_delay=, ...).",
+    "limits": "timeout= takes a positive duration; retries= a whole number, with "
+    "retry_backoff= and retry_backoff_max= as durations.",
+    "engine": "An enqueued task runs on the engine's workers: set such limits and retries on "
+    "the engine's task.",
 }
 
 

@@ -53,6 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "ALERT_MAIL_ADMINS": False,
     "SENTRY_CRONS": False,
     "METRICS": False,
+    "TIMEOUT": None,
 }
 
 REJECTION_POLICIES = ("abort", "caller_runs", "discard", "discard_oldest")
@@ -88,6 +89,8 @@ class SchedulingSettings:
     alert_mail_admins: bool = False
     sentry_crons: bool = False
     metrics: bool = False
+    #: The default ``timeout=`` of tasks; None: no timeout.
+    timeout: timedelta | None = None
 
     @classmethod
     def from_dict(cls, raw: Any) -> SchedulingSettings:
@@ -168,6 +171,7 @@ class SchedulingSettings:
             "alert_mail_admins": reader.boolean("ALERT_MAIL_ADMINS"),
             "sentry_crons": reader.boolean("SENTRY_CRONS"),
             "metrics": reader.boolean("METRICS"),
+            "timeout": reader.optional_duration("TIMEOUT"),
         }
         if problems:
             raise InvalidSettings(problems)
@@ -196,6 +200,14 @@ class _Reader:
         except ValueError as exc:
             self.problems.append(str(exc))
             return None
+
+    def optional_duration(self, key: str) -> timedelta | None:
+        if self.values[key] is None:
+            return None
+        value = self.duration(key, allow_zero=False)
+        if value is None:
+            self.problems[-1] += ", or None for none"
+        return value
 
     def integer(self, key: str, minimum: int) -> int | None:
         value = self.values[key]

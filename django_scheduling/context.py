@@ -1,23 +1,62 @@
-"""What a running task can ask about its firing: the fire time it serves and whether the
-scheduler is stopping.
+"""What a running task can ask about its firing: the fire time it serves, whether the
+scheduler is stopping, and whether the run should stop (its timeout passed, or a shutdown).
 
-Both live in context variables, so they follow the task into ``async`` functions, ``asyncio``
+They live in context variables, so they follow the task into ``async`` functions, ``asyncio``
 tasks and ``asgiref``'s ``sync_to_async``/``async_to_sync``, which copy the context.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from datetime import datetime
+from datetime import datetime, timedelta
 
-__all__ = ["current_fire_time", "shutdown_requested", "firing_context", "stopping_context"]
+__all__ = [
+    "RunTimedOut",
+    "cancel_requested",
+    "current_fire_time",
+    "shutdown_requested",
+    "firing_context",
+    "stopping_context",
+]
 
 _fire_time: ContextVar[datetime | None] = ContextVar("django_scheduling_fire_time", default=None)
 _stopping: ContextVar[Callable[[], bool] | None] = ContextVar(
     "django_scheduling_stopping", default=None
 )
+#: When the running task passes its timeout, on the ``time.monotonic()`` clock.
+_deadline: ContextVar[float | None] = ContextVar("django_scheduling_deadline", default=None)
+
+
+class RunTimedOut(TimeoutError):
+    """A run went on past its ``timeout=``: the exception that ``run_failed`` carries for it.
+
+    The task was not stopped (Python cannot stop a thread); *failure* is the exception the
+    task raised in the end, if it raised one (also its ``__cause__``).
+    """
+
+    def __init__(
+        self,
+        task: str,
+        duration: timedelta,
+        timeout: timedelta,
+        failure: BaseException | None = None,
+    ) -> None:
+        from .durations import format_duration
+
+        outcome = (
+            "then succeeded"
+            if failure is None
+            else f"then failed: {type(failure).__name__}: {failure}"
+        )
+        super().__init__(
+            f"{task} ran {format_duration(duration)}, past its timeout of "
+            f"{format_duration(timeout)}; {outcome}"
+        )
+        self.task, self.duration, self.timeout, self.failure = task, duration, timeout, failure
+        self.__cause__ = failure
 
 
 def current_fire_time() -> datetime | None:
@@ -31,13 +70,27 @@ def shutdown_requested() -> bool:
     return stopping is not None and stopping()
 
 
+def cancel_requested() -> bool:
+    """Return whether the running task should stop: it has run past its ``timeout=``, or the
+    scheduler is shutting down.
+
+    Python cannot stop a thread from outside: a task that may run long checks this between
+    steps and returns early.
+    """
+    deadline = _deadline.get()
+    return (deadline is not None and time.monotonic() >= deadline) or shutdown_requested()
+
+
 @contextmanager
-def firing_context(fire_time: datetime | None) -> Iterator[None]:
-    """Make *fire_time* the current fire time while the block runs."""
+def firing_context(fire_time: datetime | None, deadline: float | None = None) -> Iterator[None]:
+    """Make *fire_time* the current fire time, and *deadline* (on the ``time.monotonic()``
+    clock) the time the run passes its timeout, while the block runs."""
     token = _fire_time.set(fire_time)
+    deadline_token = _deadline.set(deadline)
     try:
         yield
     finally:
+        _deadline.reset(deadline_token)
         _fire_time.reset(token)
 
 

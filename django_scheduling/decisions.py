@@ -8,13 +8,13 @@ explicit times.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from .scheduler import Firing, RunRequest
 from .state import TaskRow
 from .triggers import Trigger
 
-__all__ = ["Run", "Skip", "decide", "TRIGGER_CHANGED"]
+__all__ = ["Run", "Skip", "decide", "retry_delay", "TRIGGER_CHANGED"]
 
 #: The reason of a skip by an instance whose trigger is no longer the row's.
 TRIGGER_CHANGED = "trigger changed"
@@ -31,6 +31,8 @@ class Run:
     fire_time: datetime | None
     claim: bool = False
     request: RunRequest | None = None
+    #: Fire times that passed without a run just before *fire_time* (coalesced or skipped).
+    missed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,4 +69,17 @@ def decide(
         return Skip("already run", next_time=due)
     if row.paused:
         return Skip("paused", claim=due)
-    return Run(due, claim=True)
+    return Run(due, claim=True, missed=trigger.missed_before(due, state=row.state))
+
+
+def retry_delay(
+    attempt: int, backoff: timedelta, backoff_max: timedelta, fraction: float
+) -> timedelta:
+    """Return how long to wait before trying again after failed attempt *attempt* (1, 2, ...).
+
+    The wait doubles with each attempt from *backoff*, up to *backoff_max*, and is then
+    shortened by up to half at random (*fraction*, in [0, 1)), so that tasks that failed
+    together do not all try again at the same instant.
+    """
+    full = min(backoff * 2 ** (attempt - 1), backoff_max)
+    return full * (1 - fraction / 2)

@@ -38,11 +38,12 @@ import contextlib
 import contextvars
 import inspect
 import logging
+import random
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,9 +53,10 @@ from django.utils import timezone, translation
 from . import engines, history, metrics, signals, state
 from .clock import utcnow
 from .conf import SchedulingSettings
-from .context import current_fire_time, firing_context
+from .context import RunTimedOut, current_fire_time, firing_context
 from .dbconnection import KeptConnection
-from .decisions import TRIGGER_CHANGED, Run, Skip, decide
+from .decisions import TRIGGER_CHANGED, Run, Skip, decide, retry_delay
+from .durations import format_duration
 from .keepalive import KeepAlive, KeptAliveLock, WaitingLocks
 from .locking import LockConfiguration, LockError, LockProvider
 from .locking.database import is_conflict
@@ -137,6 +139,8 @@ class TaskSpec(Entry):
     _state: TriggerState
     #: Each firing waits a deterministic offset in [0, jitter) after its fire time.
     jitter: timedelta = timedelta(0)
+    #: A run longer than this is reported as timed out (``timeout=``, or ``TIMEOUT``).
+    timeout: timedelta | None = None
     _trouble: _Trouble | None = None
 
     def __post_init__(self) -> None:
@@ -229,8 +233,33 @@ class _ClaimedRun(Call):
 
 @dataclass(slots=True)
 class _Running:
+    """A run under way on a worker thread of this process."""
+
     run_id: int | None
     held: KeptAliveLock | None
+    #: When it passes its timeout, on the ``time.monotonic()`` clock; None: no timeout.
+    deadline: float | None = None
+    timeout: timedelta | None = None
+    #: Its timeout has been reported (``watch_timeouts``).
+    reported: bool = False
+    #: When it started, on the ``time.monotonic()`` clock.
+    begun: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """How a run (its last attempt) ended: its status, error (type, message, traceback),
+    duration, exception and finish, the id and start of its record, and whether a shutdown
+    stopped its retries."""
+
+    status: RunStatus
+    error: tuple[str, str, str]
+    duration: timedelta
+    exc: BaseException | None
+    finished: datetime
+    run_id: int | None
+    started: datetime
+    retry_stopped: bool = False
 
 
 class _Remembered:
@@ -241,11 +270,12 @@ class _Remembered:
     a burst on one cron line) get the same answer, computed once.
     """
 
-    __slots__ = ("_answers", "trigger")
+    __slots__ = ("_answers", "_missed", "trigger")
 
     def __init__(self, trigger: Trigger) -> None:
         self.trigger = trigger
         self._answers: dict[tuple[datetime, TriggerState], datetime | None] = {}
+        self._missed: dict[tuple[datetime, TriggerState], int] = {}
 
     def next_fire_time(self, *, now: datetime, state: TriggerState) -> datetime | None:
         key = (now, state)
@@ -253,6 +283,14 @@ class _Remembered:
             return self._answers[key]
         except KeyError:
             answer = self._answers[key] = self.trigger.next_fire_time(now=now, state=state)
+            return answer
+
+    def missed_before(self, due: datetime, *, state: TriggerState) -> int:
+        key = (due, state)
+        try:
+            return self._missed[key]
+        except KeyError:
+            answer = self._missed[key] = self.trigger.missed_before(due, state=state)
             return answer
 
 
@@ -286,6 +324,8 @@ class TaskRunner:
         #: Set when a firing met an unreachable database; the service clears it, and wakes
         #: the entries that back off, once a statement succeeds again.
         self.outage = threading.Event()
+        #: Set when the scheduler stops: a retry that waits gives up.
+        self.stopping = threading.Event()
         self._counts_lock = threading.Lock()
         self._skipped = 0
         self._running: dict[str, _Running] = {}
@@ -317,6 +357,7 @@ class TaskRunner:
                 trigger=t,
                 _state=states[d.name],
                 jitter=jitter,
+                timeout=effective_timeout(d, self.conf),
             )
             for d, t, jitter in built
         ]
@@ -476,7 +517,14 @@ class TaskRunner:
             return self._enqueue(spec, decision, row, held)
         fire_time = decision.fire_time
         started = self.clock()
-        run_id = self._record_start(spec, fire_time, started, decision.request, _locked_at(held))
+        run_id = self._record_start(
+            spec,
+            fire_time,
+            started,
+            decision.request,
+            _locked_at(held),
+            missed=decision.missed,
+        )
         try:
             taken, planned, seen = self._take(spec, decision, row, started, run_id)
         except DatabaseError:
@@ -488,9 +536,13 @@ class TaskRunner:
             return False, None
         if decision.claim:
             spec.state = replace(spec.state, last_fire_time=fire_time)
-        status, error, duration, exc, finished = self._call_noted(spec, fire_time, run_id, held)
-        self._record_end(spec, run_id, status, started, finished, error, planned, seen)
-        self._signal_end(spec, fire_time, run_id, duration, exc)
+        recovery_of = decision.request.recover_run_id if decision.request is not None else None
+        ended = self._call_noted(spec, fire_time, run_id, held, started, recovery_of=recovery_of)
+        run_id = ended.run_id
+        self._record_end(
+            spec, run_id, ended.status, ended.started, ended.finished, ended.error, planned, seen
+        )
+        self._signal_end(spec, fire_time, run_id, ended.duration, ended.exc)
         return True, run_id
 
     def _take(
@@ -550,7 +602,12 @@ class TaskRunner:
         started = self.clock()
         with transaction.atomic(using=self.using) if together else contextlib.nullcontext():
             run_id = self._record_start(
-                spec, fire_time, started, decision.request, _locked_at(held)
+                spec,
+                fire_time,
+                started,
+                decision.request,
+                _locked_at(held),
+                missed=decision.missed,
             )
             try:
                 taken, planned, seen = self._take(spec, decision, row, started, run_id)
@@ -685,22 +742,172 @@ class TaskRunner:
         return max(following, started + (following - fire_time))
 
     def _call_noted(
-        self, spec: TaskSpec, fire_time: datetime | None, run_id: int | None, held: Any
-    ) -> tuple[RunStatus, tuple[str, str, str], timedelta, BaseException | None, datetime]:
-        """Call the task, noted as running here meanwhile (for a shutdown that times out);
-        return its status, error, duration, exception and when it finished."""
+        self,
+        spec: TaskSpec,
+        fire_time: datetime | None,
+        run_id: int | None,
+        held: KeptAliveLock | None,
+        started: datetime,
+        *,
+        recovery_of: int | None = None,
+    ) -> _Ended:
+        """Call the task, noted as running here meanwhile (for a shutdown that times out, and
+        for the timeout watch), and again for each retry its ``retries=`` allow; return how
+        the last attempt ended. The ends of the attempts before it are recorded here."""
+        definition = spec.definition
+        attempt = 1
+        bound = self._retry_bound(spec, fire_time, started) if definition.retries else None
+        while True:
+            ended = self._attempt(spec, fire_time, run_id, held, started)
+            if ended.exc is None or attempt > definition.retries:
+                break
+            wait = retry_delay(
+                attempt, definition.retry_backoff, definition.retry_backoff_max, random.random()
+            )
+            why_not = self._no_retry_because(spec, held, bound, ended.finished + wait)
+            if why_not is not None:
+                logger.warning(
+                    "Not retrying %s (scheduled for %s) after attempt %d: %s",
+                    spec.name,
+                    _when(fire_time),
+                    attempt,
+                    why_not,
+                )
+                break
+            logger.warning(
+                "Attempt %d of %s (scheduled for %s) failed; trying again in %s (%d of %d retries)",
+                attempt,
+                spec.name,
+                _when(fire_time),
+                _ms(wait),
+                attempt,
+                definition.retries,
+            )
+            self._record_attempt(spec, run_id, started, ended)
+            self._signal_end(spec, fire_time, run_id, ended.duration, ended.exc)
+            if self.stopping.wait(wait.total_seconds()):
+                ended = replace(ended, retry_stopped=True)
+                break
+            attempt += 1
+            started = self.clock()
+            run_id = self._record_start(
+                spec,
+                fire_time,
+                started,
+                RunRequest(recover_run_id=recovery_of) if recovery_of is not None else None,
+                _locked_at(held),
+                attempt=attempt,
+            )
+        if ended.duration > max(LOCKED_REPORT_AFTER, spec.longest_run):  # only such runs matter
+            spec.longest_run = ended.duration
+        spec.state = replace(spec.state, last_finished=ended.finished)
+        return replace(ended, run_id=run_id, started=started)
+
+    def _attempt(
+        self,
+        spec: TaskSpec,
+        fire_time: datetime | None,
+        run_id: int | None,
+        held: KeptAliveLock | None,
+        started: datetime,
+    ) -> _Ended:
+        """Call the task once, noted as running meanwhile; return how it ended."""
+        deadline = None if spec.timeout is None else time.monotonic() + spec.timeout.total_seconds()
         with self._counts_lock:
-            self._running[spec.name] = _Running(run_id, held)
+            self._running[spec.name] = _Running(run_id, held, deadline, spec.timeout)
         try:
-            status, error, duration, exc = self._call(spec, fire_time, run_id)
+            status, error, duration, exc = self._call(spec, fire_time, run_id, deadline)
         finally:
             with self._counts_lock:
                 self._running.pop(spec.name, None)
-        if duration > max(LOCKED_REPORT_AFTER, spec.longest_run):  # only such runs matter
-            spec.longest_run = duration
-        finished = self.clock()
-        spec.state = replace(spec.state, last_finished=finished)
-        return status, error, duration, exc, finished
+        return _Ended(status, error, duration, exc, self.clock(), run_id, started)
+
+    def _retry_bound(
+        self, spec: TaskSpec, fire_time: datetime | None, started: datetime
+    ) -> datetime | None:
+        """Return the fire time that the retries of this run must not reach: the next one of
+        the schedule (``None``: none, as for a fixed delay, which counts from the run's end)."""
+        if spec.trigger.kind == "fixed_delay":
+            return None
+        if fire_time is None:  # a manual run: the task's next fire time as things stand
+            return spec.trigger.next_fire_time(now=started, state=spec.state)
+        after = replace(spec.state, last_fire_time=fire_time)
+        return spec.trigger.next_fire_time(now=fire_time, state=after)
+
+    def _no_retry_because(
+        self,
+        spec: TaskSpec,
+        held: KeptAliveLock | None,
+        bound: datetime | None,
+        retry_at: datetime,
+    ) -> str | None:
+        """Return why a failed attempt is not tried again at *retry_at*; ``None``: it is."""
+        if self.stopping.is_set():
+            return "the scheduler is stopping"
+        if held is not None and held.lost:
+            return "its lock was lost"
+        if bound is not None and retry_at >= bound:
+            return (
+                f"a retry at {retry_at.isoformat()} would reach the next fire time "
+                f"{bound.isoformat()}, which comes first"
+            )
+        return None
+
+    def _record_attempt(
+        self, spec: TaskSpec, run_id: int | None, started: datetime, ended: _Ended
+    ) -> None:
+        """Record the end of an attempt that is tried again (a database error keeps it in the
+        outbox: the attempt happened)."""
+        if run_id is None:
+            return
+
+        def write() -> None:
+            history.record_end(
+                using=self.using,
+                run_id=run_id,
+                status=ended.status,
+                started=started,
+                finished=ended.finished,
+                error=ended.error,
+            )
+
+        try:
+            write()
+        except DatabaseError as exc:
+            logger.error("Could not record attempt %s of %s yet (%s)", run_id, spec.name, exc)
+            self.outbox.add(f"the end of run {run_id} of {spec.name}", write)
+
+    def running(self) -> dict[str, float]:
+        """Return the tasks that run on this process's worker threads now, with how many
+        seconds each has run."""
+        now = time.monotonic()
+        with self._counts_lock:
+            return {name: now - running.begun for name, running in self._running.items()}
+
+    def watch_timeouts(self, monotonic: float) -> list[str]:
+        """Report, once each, the runs of this process that have passed their timeout by
+        *monotonic* (``time.monotonic()``); return their tasks' names. No I/O: the history
+        row tells the rest of the world by its ``timeout_at``."""
+        with self._counts_lock:
+            late = [
+                (name, running)
+                for name, running in self._running.items()
+                if running.deadline is not None
+                and not running.reported
+                and monotonic >= running.deadline
+            ]
+            for _, running in late:
+                running.reported = True
+        for name, running in late:
+            logger.warning(
+                "Run %s of %s has passed its timeout of %s: it is reported as timed out, and "
+                "cancel_requested() is true inside it. The scheduler cannot stop a thread: the "
+                "run keeps its lock until it returns.",
+                running.run_id,
+                name,
+                format_duration(running.timeout) if running.timeout else "?",
+            )
+        return [name for name, _ in late]
 
     def _signal_end(
         self,
@@ -717,9 +924,14 @@ class TaskRunner:
             _send(signals.run_failed, spec.name, exception=exc, duration=duration, **common)
 
     def _call(
-        self, spec: TaskSpec, fire_time: datetime | None, run_id: int | None
+        self,
+        spec: TaskSpec,
+        fire_time: datetime | None,
+        run_id: int | None,
+        deadline: float | None = None,
     ) -> tuple[RunStatus, tuple[str, str, str], timedelta, BaseException | None]:
-        """Call the task; return its status, error, duration and exception."""
+        """Call the task; return its status, error, duration and exception. A run longer than
+        the task's timeout ends *timed out*, with a ``RunTimedOut`` as its exception."""
         definition = spec.definition
         _send(
             signals.run_started,
@@ -730,22 +942,42 @@ class TaskRunner:
         )
         logger.info("Running %s (scheduled for %s)", spec.name, _when(fire_time))
         begun = time.perf_counter()
+        failure: BaseException | None = None
+        failed_traceback = ""
         try:
             # In a copy of this thread's context: what the task sets in context variables
             # (Django's active translation and time zone among them) ends with its run.
-            contextvars.copy_context().run(_invoke, definition, fire_time)
+            contextvars.copy_context().run(_invoke, definition, fire_time, deadline)
         except (Exception, SystemExit) as exc:  # sys.exit() in a task fails that run only
-            duration = timedelta(seconds=time.perf_counter() - begun)
-            logger.exception("Task %s failed after %s", spec.name, _ms(duration))
+            failure = exc
+            failed_traceback = traceback.format_exc()
+        duration = timedelta(seconds=time.perf_counter() - begun)
+        if spec.timeout is not None and duration > spec.timeout:
+            timed_out = RunTimedOut(spec.name, duration, spec.timeout, failure)
+            logger.error("%s", timed_out)
+            if failure is not None:
+                close_old_connections()
+            error = (
+                f"{RunTimedOut.__module__}.{RunTimedOut.__qualname__}",
+                str(timed_out),
+                failed_traceback if failure is not None else "",
+            )
+            return RunStatus.TIMED_OUT, error, duration, timed_out
+        if failure is not None:
+            logger.error(
+                "Task %s failed after %s",
+                spec.name,
+                _ms(duration),
+                exc_info=(type(failure), failure, failure.__traceback__),
+            )
             # A failed task may leave its connection unusable; the run is still recorded.
             close_old_connections()
             error = (
-                f"{type(exc).__module__}.{type(exc).__qualname__}",
-                str(exc),
-                traceback.format_exc(),
+                f"{type(failure).__module__}.{type(failure).__qualname__}",
+                str(failure),
+                failed_traceback,
             )
-            return RunStatus.FAILED, error, duration, exc
-        duration = timedelta(seconds=time.perf_counter() - begun)
+            return RunStatus.FAILED, error, duration, failure
         logger.info("Task %s succeeded in %s", spec.name, _ms(duration))
         return RunStatus.SUCCEEDED, ("", "", ""), duration, None
 
@@ -928,7 +1160,16 @@ class TaskRunner:
         times; return the run ids and the planned next fire time of each claimed one."""
         run_ids: list[int | None] = [None] * len(won)
         if self.conf.history:
-            starts = [(specs[i].name, decisions[i].fire_time, lock.locked_at) for i, lock in won]
+            starts = [
+                (
+                    specs[i].name,
+                    decisions[i].fire_time,
+                    lock.locked_at,
+                    _timeout_at(started, specs[i].timeout),
+                    decisions[i].missed,
+                )
+                for i, lock in won
+            ]
             run_ids = list(
                 history.record_starts(
                     using=self.using,
@@ -1073,9 +1314,18 @@ class TaskRunner:
         planned = run.planned
         close_old_connections()
         try:
-            status, error, duration, exc, finished = self._call_noted(spec, fire_time, run_id, held)
+            ended = self._call_noted(spec, fire_time, run_id, held, started)
         finally:
             close_old_connections()
+        status, error, duration, exc, finished = (
+            ended.status,
+            ended.error,
+            ended.duration,
+            ended.exc,
+            ended.finished,
+        )
+        run_id, started = ended.run_id, ended.started
+        run.run_id = run_id
         if planned is not None and finished < planned and spec.trigger.kind != "fixed_delay":
             next_time: datetime | None = planned  # what _next() says while it is ahead
         else:
@@ -1125,6 +1375,9 @@ class TaskRunner:
         started: datetime,
         request: RunRequest | None,
         locked_at: datetime | None,
+        *,
+        attempt: int = 1,
+        missed: int = 0,
     ) -> int | None:
         if not self.conf.history:
             return None
@@ -1136,6 +1389,9 @@ class TaskRunner:
             instance=self.conf.instance_name,
             recovery_of=request.recover_run_id if request is not None else None,
             locked_at=locked_at,
+            attempt=attempt,
+            timeout_at=_timeout_at(started, spec.timeout),
+            missed=missed,
         )
 
     def _forget_start(self, run_id: int | None) -> None:
@@ -1458,12 +1714,24 @@ class TaskRunner:
         history.mark_interrupted(using=self.using, run_ids=run_ids, now=self.clock())
 
 
-def _invoke(definition: TaskDefinition, fire_time: datetime | None) -> None:
+def effective_timeout(definition: TaskDefinition, conf: SchedulingSettings) -> timedelta | None:
+    """Return the timeout of *definition*'s runs: its ``timeout=``, else ``TIMEOUT``, which a
+    django.tasks Task does not take (the framework has no time limit)."""
+    if definition.timeout is not None:
+        return definition.timeout
+    return None if definition.engine == engines.DJANGO_TASKS else conf.timeout
+
+
+def _invoke(definition: TaskDefinition, fire_time: datetime | None, deadline: float | None) -> None:
     func, args, kwargs = definition.func, definition.args, definition.kwargs
-    with firing_context(fire_time):
+    with firing_context(fire_time, deadline):
         result = func(*args, **kwargs)
         if inspect.iscoroutine(result):  # an async task: run it to its end on this thread
             asyncio.run(result)
+
+
+def _timeout_at(started: datetime, timeout: timedelta | None) -> datetime | None:
+    return None if timeout is None else started + timeout
 
 
 def _locked_at(held: KeptAliveLock | None) -> datetime | None:

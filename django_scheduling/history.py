@@ -42,9 +42,13 @@ def record_start(
     instance: str,
     recovery_of: int | None = None,
     locked_at: datetime | None = None,
+    attempt: int = 1,
+    timeout_at: datetime | None = None,
+    missed: int = 0,
 ) -> int:
     """Record that a run started and return its id; *locked_at* names the lock acquisition
-    it runs under."""
+    it runs under, *attempt* which try of its fire time it is, *timeout_at* when it passes
+    its timeout, *missed* how many fire times passed without a run just before its own."""
     run = TaskRun.objects.using(using).create(
         task_name=task_name,
         scheduled_at=fire_time,
@@ -53,6 +57,9 @@ def record_start(
         instance=instance,
         recovery_of_id=recovery_of,
         locked_at=locked_at,
+        attempt=attempt,
+        timeout_at=timeout_at,
+        missed_count=missed,
     )
     return run.pk
 
@@ -62,10 +69,11 @@ def record_starts(
     using: str,
     instance: str,
     started: datetime,
-    runs: list[tuple[str, datetime | None, datetime | None]],
+    runs: list[tuple[str, datetime | None, datetime | None, datetime | None, int]],
 ) -> list[int]:
-    """Record that the runs *runs*, each (task name, fire time, locked at), started, in one
-    statement per batch; return their ids in the same order."""
+    """Record that the runs *runs*, each (task name, fire time, locked at, times out at,
+    fire times missed before it), started, in one statement per batch; return their ids in
+    the same order."""
     conn = connections[using]
     returning = conn.features.can_return_rows_from_bulk_insert
     size = max(1, (conn.features.max_query_params or 10_000) // _START_PARAMS)
@@ -77,14 +85,14 @@ def record_starts(
 
 
 #: The parameters of one row of ``_insert_starts``.
-_START_PARAMS = 10
+_START_PARAMS = 12
 
 
 def _insert_starts(
     conn: Any,
     instance: str,
     started: datetime,
-    runs: list[tuple[str, datetime | None, datetime | None]],
+    runs: list[tuple[str, datetime | None, datetime | None, datetime | None, int]],
     *,
     returning: bool,
 ) -> list[int]:
@@ -92,7 +100,16 @@ def _insert_starts(
     # the statement for a thousand rows.
     meta = TaskRun._meta
     q = conn.ops.quote_name
-    columns = ("task_name", "scheduled_at", "started_at", "status", "instance", "locked_at")
+    columns = (
+        "task_name",
+        "scheduled_at",
+        "started_at",
+        "status",
+        "instance",
+        "locked_at",
+        "timeout_at",
+        "missed_count",
+    )
     constants = {"error_type": "", "error_message": "", "traceback": "", "lock_lost": False}
     names = [*columns, *constants]
     column_sql = ", ".join(q(column(TaskRun, name)) for name in names)
@@ -108,8 +125,9 @@ def _insert_starts(
 
     params: list[Any] = []
     status, extra = RunStatus.RUNNING.value, list(constants.values())
-    for name, fire_time, locked_at in runs:
-        params += [name, once(fire_time), at, status, instance, once(locked_at), *extra]
+    for name, fire_time, locked_at, timeout_at, missed in runs:
+        params += [name, once(fire_time), at, status, instance, once(locked_at)]
+        params += [once(timeout_at), missed, *extra]
     pk = q(column(TaskRun, "id"))
     statement = f"INSERT INTO {q(meta.db_table)} ({column_sql}) VALUES "
     statement += ", ".join([row_sql] * len(runs))
@@ -126,11 +144,11 @@ def _insert_starts(
             instance=instance,
             started_at=started,
             status=RunStatus.RUNNING,
-            task_name__in=[name for name, _, _ in runs],
+            task_name__in=[run[0] for run in runs],
         )
         .values_list("task_name", "pk")
     )
-    return [found[name] for name, _, _ in runs]
+    return [found[run[0]] for run in runs]
 
 
 @dataclass(slots=True)  # not frozen: one per run, and a frozen one is slower to create

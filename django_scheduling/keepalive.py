@@ -210,6 +210,11 @@ class KeepAlive:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 
+    @property
+    def alive(self) -> bool:
+        """Whether the keep-alive thread runs."""
+        return self._thread.is_alive()
+
     def hold(self, lock: Lock, name: str) -> KeptAliveLock:
         """Return *lock* kept alive until its ``release()``."""
         return KeptAliveLock(lock, name, self)

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections
 from django.db.models import F, Q, QuerySet
@@ -29,6 +30,9 @@ from .models import ScheduledTask, TaskLock
 from .outbox import Outbox
 from .registry import TaskDefinition
 from .scheduler import RunRequest, Scheduler
+
+if TYPE_CHECKING:
+    from .execution import TaskRunner
 
 __all__ = ["Maintenance", "POLL_INTERVAL", "free_locks_of_dead_processes", "request_recoveries"]
 
@@ -48,7 +52,7 @@ class Maintenance:
         *,
         conf: SchedulingSettings,
         scheduler: Scheduler,
-        runner: object,
+        runner: TaskRunner | None,
         outbox: Outbox,
         tasks: Mapping[str, TaskDefinition],
         definitions: Mapping[str, TaskDefinition] | None = None,
@@ -70,9 +74,16 @@ class Maintenance:
         self._next_heartbeat = 0.0
         self.started_at = clock()
         self._failing = False
+        #: When the last pass ended, on the ``time.monotonic()`` clock (the liveness probe).
+        self.last_pass = time.monotonic()
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the maintenance thread runs."""
+        return self._thread.is_alive()
 
     def stop(self, timeout: float | None = 10.0) -> None:
         """Ask the thread to stop, and wait up to *timeout* seconds (0: do not wait) for a pass
@@ -89,11 +100,14 @@ class Maintenance:
     def tick(self, monotonic: float) -> None:
         """Make one pass; *monotonic* decides whether housekeeping is due."""
         using = self.conf.database
+        if self.runner is not None:
+            # No I/O: a run past its timeout is reported even while the database is away.
+            self.runner.watch_timeouts(monotonic)
         try:
             close_old_connections()
             self.outbox.flush()
             self._take_requests()
-            outage = getattr(self.runner, "outage", None)
+            outage = None if self.runner is None else self.runner.outage
             # Wake the tasks that back off only when this thread saw the database fail too, and
             # now answer: a database that answers reads but fails the firings' writes (a
             # read-only failover) must leave them to their back-off, not retry every second.
@@ -126,6 +140,7 @@ class Maintenance:
             logger.exception("Maintenance pass failed")
         finally:
             close_old_connections()
+            self.last_pass = time.monotonic()
 
     def _sample_metrics(self) -> None:
         """Record the pool's gauges, and count the overdue tasks now and then (see

@@ -111,6 +111,8 @@ class RunStatus(models.TextChoices):
     LOST = "lost", _("lost (ended without a finish)")
     #: Handed to a task engine (django.tasks, Celery), whose workers run it.
     ENQUEUED = "enqueued", _("enqueued")
+    #: Ran past its ``timeout=`` (whether it then succeeded or failed).
+    TIMED_OUT = "timed_out", _("timed out")
 
 
 class TaskRun(models.Model):
@@ -162,6 +164,38 @@ class TaskRun(models.Model):
         blank=True,
         db_default="",
         help_text=_("The id of the enqueued run's result on its backend."),
+    )
+    attempt = models.PositiveSmallIntegerField(
+        _("attempt"),
+        default=1,
+        db_default=1,
+        help_text=_("1 for the first try of a fire time; 2 and up for its retries (retries=)."),
+    )
+    timeout_at = models.DateTimeField(
+        _("times out at"),
+        null=True,
+        blank=True,
+        help_text=_("When the run passes its timeout=; empty without a timeout."),
+    )
+    missed_count = models.PositiveIntegerField(
+        _("fire times missed before it"),
+        default=0,
+        db_default=0,
+        help_text=_(
+            "Fire times of the schedule that passed without a run of their own just before "
+            "the one this run served: coalesced into it (missed='coalesce') or skipped "
+            "(missed='skip')."
+        ),
+    )
+    outcome = models.CharField(
+        _("outcome on the worker"),
+        max_length=40,
+        blank=True,
+        db_default="",
+        help_text=_(
+            "For an enqueued run: how the engine's worker ran it, as its backend reports it "
+            "(succeeded, failed, revoked, ...); empty while unknown."
+        ),
     )
     recovery_of = models.ForeignKey(
         "self",

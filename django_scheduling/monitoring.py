@@ -1,7 +1,11 @@
-"""What state each task is in, for the admin and ``manage.py scheduling_status``.
+"""What state each task is in, for the admin, ``manage.py scheduling_status``, the health
+endpoint and the metrics.
 
-A task is **overdue** when its next fire time is more than ``SCHEDULING['OVERDUE_AFTER']`` in
-the past and no run has started for it: no scheduler is up, or it is stuck or starved.
+A task is **overdue** when it needs someone's attention: its next fire time is more than
+``SCHEDULING['OVERDUE_AFTER']`` in the past and no run has started for it (no scheduler is up,
+or it is stuck or starved), or a run still holds it by then (hung), or a run has passed its
+``timeout=`` (timed out). A task is **failing** when its last ``ALERT_AFTER_FAILURES`` (by
+default 3) finished runs failed.
 """
 
 from __future__ import annotations
@@ -10,18 +14,36 @@ import enum
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypedDict
 
-from django.db.models import Case, F, Q, QuerySet, Value, When
+from django.db.models import Case, F, OuterRef, Q, QuerySet, Subquery, Value, When
 
-from .models import RunStatus, ScheduledTask
+from .models import RunStatus, ScheduledTask, TaskRun, TriggerKind
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
-__all__ = ["TaskState", "StateAnnotations", "annotate_state", "overdue_tasks"]
+__all__ = [
+    "FAILING_AFTER",
+    "FAILURES",
+    "OverdueAnnotations",
+    "OverdueReason",
+    "StateAnnotations",
+    "TaskState",
+    "annotate_state",
+    "overdue_tasks",
+]
+
+#: A task whose last this many finished runs failed is *failing*, unless
+#: ``ALERT_AFTER_FAILURES`` says another number.
+FAILING_AFTER = 3
+#: The statuses of a run that failed; a *succeeded* or *enqueued* run ends a streak of them,
+#: other statuses (interrupted, rejected) count neither way.
+FAILURES = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.LOST)
+_SUCCESSES = (RunStatus.SUCCEEDED, RunStatus.ENQUEUED)
 
 
 class TaskState(enum.StrEnum):
     OVERDUE = "overdue"
+    FAILING = "failing"
     RUNNING = "running"
     PAUSED = "paused"
     UPCOMING = "upcoming"
@@ -29,59 +51,128 @@ class TaskState(enum.StrEnum):
     DONE = "done"
 
 
-class StateAnnotations(TypedDict):
+#: The order of the task list: the states that need attention first.
+STATE_ORDER = {
+    TaskState.OVERDUE: 0,
+    TaskState.FAILING: 1,
+    TaskState.RUNNING: 2,
+    TaskState.UPCOMING: 3,
+    TaskState.PAUSED: 4,
+    TaskState.DONE: 5,
+    TaskState.REMOVED: 6,
+}
+
+
+class OverdueReason(enum.StrEnum):
+    """Why an overdue task is overdue."""
+
+    #: Its fire time passed and no run started for it.
+    NOT_STARTED = "not started"
+    #: A run still holds it, past its next fire time.
+    HUNG = "hung"
+    #: A run has passed its ``timeout=``.
+    TIMED_OUT = "timed out"
+
+
+class OverdueAnnotations(TypedDict):
+    """The value that ``overdue_tasks()`` adds to each task."""
+
+    overdue_reason: str
+
+
+class StateAnnotations(OverdueAnnotations):
     """The values that ``annotate_state()`` adds to each task."""
 
     state: str
     state_order: int
 
 
+def _running() -> Q:
+    return Q(last_run__status=RunStatus.RUNNING)
+
+
+def _timed_out(now: datetime) -> Q:
+    return _running() & Q(last_run__timeout_at__lt=now)
+
+
 def _overdue_q(now: datetime, overdue_after: timedelta) -> Q:
-    not_started = Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=F("next_fire_time"))
-    return (
-        Q(
-            removed_at__isnull=True,
-            paused=False,
-            next_fire_time__lt=now - overdue_after,
-        )
-        & not_started
-    )
+    """Return the rule of an overdue task (see the module's docstring).
+
+    A fixed-delay task's next fire time counts from the end of its run: while it runs, the
+    stored one is provisional, and only its timeout can make it late.
+    """
+    not_claimed = Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=F("next_fire_time"))
+    late = Q(next_fire_time__lt=now - overdue_after) & not_claimed
+    running_fixed_delay = _running() & Q(kind=TriggerKind.FIXED_DELAY)
+    attended = Q(removed_at__isnull=True, paused=False)
+    return attended & ((late & ~running_fixed_delay) | _timed_out(now))
 
 
 def annotate_state(
-    queryset: QuerySet[ScheduledTask], *, now: datetime, overdue_after: timedelta
+    queryset: QuerySet[ScheduledTask],
+    *,
+    now: datetime,
+    overdue_after: timedelta,
+    failing_after: int | None = None,
 ) -> QuerySet[WithAnnotations[ScheduledTask, StateAnnotations]]:
-    """Annotate each task with ``state`` and ``state_order`` (overdue first).
+    """Annotate each task with ``state``, ``state_order`` (overdue first) and, for an overdue
+    one, ``overdue_reason``.
 
-    A running task counts as running even when its next fire time has passed meanwhile."""
-    running = Q(last_run__status=RunStatus.RUNNING)
+    An overdue task is overdue even while a run holds it (hung, timed out); a running task
+    counts as running before it counts as failing.
+    """
+    failing_after = failing_after or FAILING_AFTER
+    runs = TaskRun.objects.filter(task_name=OuterRef("name")).order_by("-started_at", "-id")
+    nth_failure = runs.filter(status__in=FAILURES).values("started_at")[
+        failing_after - 1 : failing_after
+    ]
+    last_success = runs.filter(status__in=_SUCCESSES).values("started_at")[:1]
+    queryset = queryset.alias(
+        failing_since=Subquery(nth_failure), last_success_started=Subquery(last_success)
+    )
+    overdue = _overdue_q(now, overdue_after)
+    failing = Q(failing_since__isnull=False) & (
+        Q(last_success_started__isnull=True) | Q(failing_since__gt=F("last_success_started"))
+    )
+    cases = [
+        (Q(removed_at__isnull=False), TaskState.REMOVED),
+        (overdue, TaskState.OVERDUE),
+        (_running(), TaskState.RUNNING),
+        (Q(paused=True), TaskState.PAUSED),
+        (failing, TaskState.FAILING),
+        (Q(next_fire_time__isnull=True), TaskState.DONE),
+    ]
     return queryset.annotate(
         state=Case(
-            When(removed_at__isnull=False, then=Value(TaskState.REMOVED.value)),
-            When(running, then=Value(TaskState.RUNNING.value)),
-            When(_overdue_q(now, overdue_after), then=Value(TaskState.OVERDUE.value)),
-            When(paused=True, then=Value(TaskState.PAUSED.value)),
-            When(next_fire_time__isnull=True, then=Value(TaskState.DONE.value)),
+            *(When(rule, then=Value(state.value)) for rule, state in cases),
             default=Value(TaskState.UPCOMING.value),
         ),
         state_order=Case(
-            When(removed_at__isnull=False, then=Value(5)),
-            When(running, then=Value(1)),
-            When(_overdue_q(now, overdue_after), then=Value(0)),
-            When(paused=True, then=Value(3)),
-            When(next_fire_time__isnull=True, then=Value(4)),
-            default=Value(2),
+            *(When(rule, then=Value(STATE_ORDER[state])) for rule, state in cases),
+            default=Value(STATE_ORDER[TaskState.UPCOMING]),
+        ),
+        overdue_reason=Case(
+            When(~overdue, then=Value("")),
+            When(_timed_out(now), then=Value(OverdueReason.TIMED_OUT.value)),
+            When(_running(), then=Value(OverdueReason.HUNG.value)),
+            default=Value(OverdueReason.NOT_STARTED.value),
         ),
     )
 
 
 def overdue_tasks(
     *, now: datetime, overdue_after: timedelta, using: str
-) -> QuerySet[WithAnnotations[ScheduledTask, StateAnnotations]]:
+) -> QuerySet[WithAnnotations[ScheduledTask, OverdueAnnotations]]:
     """Return the overdue tasks, the most overdue first (the rule of ``annotate_state``)."""
     tasks = ScheduledTask.objects.using(using).select_related("last_run")
     return (
-        annotate_state(tasks, now=now, overdue_after=overdue_after)
-        .filter(state=TaskState.OVERDUE.value)
-        .order_by("next_fire_time", "name")
+        tasks.filter(_overdue_q(now, overdue_after))
+        .annotate(
+            overdue_reason=Case(
+                When(_timed_out(now), then=Value(OverdueReason.TIMED_OUT.value)),
+                When(_running(), then=Value(OverdueReason.HUNG.value)),
+                default=Value(OverdueReason.NOT_STARTED.value),
+            )
+        )
+        .order_by(F("next_fire_time").asc(nulls_last=True), "name")
     )

@@ -7,6 +7,7 @@ whose options are wrong is recorded with its error instead of raising at import:
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import logging
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from types import FunctionType, MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from . import engines
 from .conf import NAME_LENGTH
@@ -48,6 +49,13 @@ class TaskOptions:
     #: Celery only: how long a message may wait for a worker; None: until the next fire time;
     #: False: forever.
     expires: timedelta | bool | None = None
+    #: A run longer than this is reported as timed out; None: the setting's TIMEOUT.
+    timeout: timedelta | None = None
+    #: How many times a failed in-process run is tried again for the same fire time.
+    retries: int = 0
+    #: The wait before the first retry, doubled for each next one, up to ``retry_backoff_max``.
+    retry_backoff: timedelta = timedelta(seconds=1)
+    retry_backoff_max: timedelta = timedelta(minutes=10)
 
 
 class _Option(Generic[T]):
@@ -91,6 +99,10 @@ class TaskDefinition:
     jitter = _Option[timedelta | None]()
     engine = _Option[str | None]()
     expires = _Option[timedelta | bool | None]()
+    timeout = _Option[timedelta | None]()
+    retries = _Option[int]()
+    retry_backoff = _Option[timedelta]()
+    retry_backoff_max = _Option[timedelta]()
 
     @property
     def is_async(self) -> bool:
@@ -120,28 +132,113 @@ def _origin(func: Any, engine: str | None) -> str:
     function = engines.function_of(func, engine)
     if function is None:
         return f"{engine} task {getattr(func, 'name', '?')}"
-    return f"{function.__module__}.{function.__qualname__}"
+    # A callable object has no name of its own: its class names it.
+    module = getattr(function, "__module__", None) or type(function).__module__
+    qualname = getattr(function, "__qualname__", None) or type(function).__qualname__
+    return f"{module}.{qualname}"
 
 
 #: The keyword arguments of the tasks called without any; read-only, as it is shared.
 _NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
 
 
-def _definition(func: Any, name: str | None, **options: Any) -> TaskDefinition:
+#: Every option of ``@scheduled``, with its default. One table, read by the decorator, by
+#: ``TaskRegistry.add`` and by the check that names an unknown keyword.
+OPTIONS: Mapping[str, Any] = MappingProxyType(
+    {
+        "cron": None,
+        "zone": None,
+        "fixed_rate": None,
+        "fixed_delay": None,
+        "initial_delay": None,
+        "at": None,
+        "missed": MissedRuns.COALESCE,
+        "name": None,
+        "lock": True,
+        "lock_at_most_for": None,
+        "lock_at_least_for": None,
+        "recover": False,
+        "jitter": None,
+        "args": (),
+        "kwargs": None,
+        "expires": None,
+        "timeout": None,
+        "retries": 0,
+        "retry_backoff": None,
+        "retry_backoff_max": None,
+    }
+)
+#: Keywords that users of other schedulers reach for, and the option each one means.
+_ALIASES = {
+    "timezone": "zone",
+    "time_zone": "zone",
+    "tz": "zone",
+    "every": "fixed_rate",
+    "interval": "fixed_rate",
+    "rate": "fixed_rate",
+    "period": "fixed_rate",
+    "delay": "fixed_delay",
+    "schedule": "cron",
+    "crontab": "cron",
+    "initial": "initial_delay",
+    "when": "at",
+    "misfire": "missed",
+    "max_retries": "retries",
+    "retry": "retries",
+    "time_limit": "timeout",
+    "max_runtime": "timeout",
+    "expiry": "expires",
+}
+#: A retry waits at most this long by default (``retry_backoff_max``).
+RETRY_BACKOFF_MAX = timedelta(minutes=10)
+#: The first retry waits this long by default (``retry_backoff``); each later one twice as long.
+RETRY_BACKOFF = timedelta(seconds=1)
+
+
+def unknown_option(key: str) -> str:
+    """Return the sentence that names an unknown keyword of ``@scheduled`` and its fix."""
+    meant = _ALIASES.get(key) or next(iter(difflib.get_close_matches(key, OPTIONS, n=1)), None)
+    if meant is not None:
+        return f"did you mean {meant}=?"
+    return f"the options are {', '.join(name + '=' for name in OPTIONS)}"
+
+
+def _definition(func: Any, given: Mapping[str, Any]) -> TaskDefinition:
+    """Return the definition that ``@scheduled(**given)`` on *func* declares; a mistake in
+    *given* makes a definition that carries its error, never an exception."""
     engine = engines.engine_of(func)
+    unknown = [key for key in given if key not in OPTIONS]
+    options = {**OPTIONS, **{key: value for key, value in given.items() if key in OPTIONS}}
+    name = options.pop("name")
+    if options["missed"] == MissedRuns.COALESCE:
+        options["missed"] = None  # the default: tasks declared with and without it are alike
     args, kwargs, expires = options.pop("args"), options.pop("kwargs"), options.pop("expires")
     lock = options.pop("lock")
     recover = options.pop("recover")
     jitter = options.pop("jitter")
     most, least = options.pop("lock_at_most_for"), options.pop("lock_at_least_for")
+    timeout, retries = options.pop("timeout"), options.pop("retries")
+    backoff, backoff_max = options.pop("retry_backoff"), options.pop("retry_backoff_max")
     trigger_options = _shared({key: value for key, value in options.items() if value is not None})
-    task_name = name if name is not None else _origin(func, engine)
+    origin = _origin(func, engine)
+    task_name = name if name is not None else origin
+    if not isinstance(task_name, str) or not task_name.strip():
+        # An error definition is still kept by name: one that is no name takes its origin.
+        task_name, bad_name = origin, task_name
+    else:
+        bad_name = None
     calls: dict[str, Any] = {"engine": engine}
     try:
+        if unknown:
+            key = unknown[0]
+            raise _Invalid(
+                "option",
+                f"@scheduled() got an unknown option {key}={given[key]!r}; {unknown_option(key)}",
+            )
         if engine is None and not callable(func):
             raise _Invalid("function", f"{func!r} is not callable")
-        if not isinstance(task_name, str) or not task_name.strip():
-            raise _Invalid("name", f"task name {task_name!r} is empty; give name='...'")
+        if bad_name is not None:
+            raise _Invalid("name", f"name={bad_name!r} must be a non-empty string; give name='...'")
         if len(task_name) > NAME_LENGTH:
             raise _Invalid(
                 "name",
@@ -165,7 +262,7 @@ def _definition(func: Any, name: str | None, **options: Any) -> TaskDefinition:
             )
         try:
             make_trigger(**trigger_options)
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise _Invalid("trigger", str(exc)) from None
         try:
             most_td = (
@@ -191,12 +288,13 @@ def _definition(func: Any, name: str | None, **options: Any) -> TaskDefinition:
                 "lower lock_at_least_for",
             )
         calls.update(_calls(func, engine, args, kwargs, expires))
+        calls.update(_limits(engine, timeout, retries, backoff, backoff_max))
     except _Invalid as exc:
         return _defined(
             task_name,
             func,
             trigger_options,
-            lock=lock,
+            lock=lock if isinstance(lock, bool) else True,
             error=exc.message,
             error_field=exc.field,
             engine=engine,
@@ -212,6 +310,64 @@ def _definition(func: Any, name: str | None, **options: Any) -> TaskDefinition:
         jitter=jitter_td,
         **calls,
     )
+
+
+def _limits(
+    engine: str | None, timeout: Any, retries: Any, backoff: Any, backoff_max: Any
+) -> dict[str, Any]:
+    """Check ``timeout=`` and the retry options; return them as the definition's."""
+    timeout_td = None
+    if timeout is not None:
+        try:
+            timeout_td = parse_duration(timeout, name="timeout", allow_zero=False)
+        except ValueError as exc:
+            raise _Invalid("limits", str(exc)) from None
+        if engine == engines.DJANGO_TASKS:
+            raise _Invalid(
+                "engine",
+                f"timeout={timeout!r} cannot be passed to a django.tasks Task: the framework has "
+                "no time limit; drop timeout= and bound the run in the task or the worker",
+            )
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise _Invalid("limits", f"retries={retries!r} must be a whole number, 0 or more")
+    if retries and engine is not None:
+        raise _Invalid(
+            "engine",
+            f"retries={retries!r} on a task that is enqueued: its engine retries it, not the "
+            "scheduler; drop retries= and use the engine's retries (Celery: autoretry_for= "
+            "and max_retries= on the task)",
+        )
+    if not retries and (backoff is not None or backoff_max is not None):
+        raise _Invalid(
+            "limits", "retry_backoff= and retry_backoff_max= need retries=1 or more; drop them"
+        )
+    try:
+        backoff_td = (
+            RETRY_BACKOFF
+            if backoff is None
+            else parse_duration(backoff, name="retry_backoff", allow_zero=False)
+        )
+        backoff_max_td = (
+            max(RETRY_BACKOFF_MAX, backoff_td)
+            if backoff_max is None
+            else parse_duration(backoff_max, name="retry_backoff_max", allow_zero=False)
+        )
+    except ValueError as exc:
+        raise _Invalid("limits", str(exc)) from None
+    if backoff_max_td < backoff_td:
+        raise _Invalid(
+            "limits",
+            f"retry_backoff_max ({backoff_max!r}) is shorter than retry_backoff ({backoff!r}); "
+            "raise retry_backoff_max",
+        )
+    if not retries:
+        return {"timeout": timeout_td}
+    return {
+        "timeout": timeout_td,
+        "retries": retries,
+        "retry_backoff": backoff_td,
+        "retry_backoff_max": backoff_max_td,
+    }
 
 
 def _defined(
@@ -369,47 +525,23 @@ class TaskRegistry:
         self._tasks: dict[str, TaskDefinition] = {}
         self.duplicates: list[tuple[TaskDefinition, TaskDefinition]] = []
 
-    def add(
-        self,
-        func: Any,
-        *,
-        cron: str | None = None,
-        zone: str | tzinfo | None = None,
-        fixed_rate: DurationLike | None = None,
-        fixed_delay: DurationLike | None = None,
-        initial_delay: DurationLike | None = None,
-        at: datetime | None = None,
-        missed: MissedRuns | str = MissedRuns.COALESCE,
-        name: str | None = None,
-        lock: bool = True,
-        lock_at_most_for: DurationLike | None = None,
-        lock_at_least_for: DurationLike | None = None,
-        recover: bool = False,
-        jitter: DurationLike | None = None,
-        args: tuple[Any, ...] | list[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        expires: DurationLike | bool | None = None,
-    ) -> TaskDefinition:
-        """Record *func* as a task and return its definition."""
-        definition = _definition(
-            func,
-            name,
-            cron=cron,
-            zone=zone,
-            fixed_rate=fixed_rate,
-            fixed_delay=fixed_delay,
-            initial_delay=initial_delay,
-            at=at,
-            missed=None if missed == MissedRuns.COALESCE else missed,
-            lock=lock,
-            lock_at_most_for=lock_at_most_for,
-            lock_at_least_for=lock_at_least_for,
-            recover=recover,
-            jitter=jitter,
-            args=args,
-            kwargs=kwargs,
-            expires=expires,
-        )
+    def add(self, func: Any, **options: Any) -> TaskDefinition:
+        """Record *func* as a task declared with *options* (those of ``@scheduled``) and
+        return its definition. Never raises: a mistake is kept in the definition's ``error``,
+        for the system checks to report."""
+        try:
+            definition = _definition(func, options)
+        except Exception as exc:  # a value that breaks a check itself: still a check error
+            definition = _defined(
+                _origin_or_repr(func),
+                func,
+                {},
+                error=f"@scheduled() could not read its options: {type(exc).__name__}: {exc}",
+                error_field="option",
+            )
+        return self._keep(definition)
+
+    def _keep(self, definition: TaskDefinition) -> TaskDefinition:
         existing = self._tasks.get(definition.name)
         # The same name from another function, or twice on one function with other options
         # (two @scheduled lines without distinct names); the same declaration again (a module
@@ -449,6 +581,11 @@ class TaskRegistry:
 registry = TaskRegistry()
 
 
+@overload
+def scheduled(func: F, /) -> F: ...  # a bare @scheduled: an error that manage.py check reports
+
+
+@overload
 def scheduled(
     *,
     cron: str | None = None,
@@ -467,7 +604,14 @@ def scheduled(
     args: tuple[Any, ...] | list[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
     expires: DurationLike | bool | None = None,
-) -> Callable[[F], F]:
+    timeout: DurationLike | None = None,
+    retries: int = 0,
+    retry_backoff: DurationLike | None = None,
+    retry_backoff_max: DurationLike | None = None,
+) -> Callable[[F], F]: ...
+
+
+def scheduled(*given: Any, **options: Any) -> Any:
     """Declare the decorated function a scheduled task and return it unchanged.
 
     Give exactly one trigger: ``cron=`` (with an optional ``zone=``), ``fixed_rate=``,
@@ -477,31 +621,63 @@ def scheduled(
     only) bounds how long its message may wait for a worker: by default until the task's next
     fire time, ``False`` for ever. Several ``@scheduled`` lines with distinct ``name=`` give
     one callable several schedules.
+
+    A mistake (an unknown keyword, a value of the wrong type, a bare ``@scheduled`` without
+    parentheses) never raises: the task is recorded with its error, which ``manage.py check``
+    reports, and the function is returned unchanged all the same.
     """
+    if given:
+        if len(given) == 1 and not options and _decoratable(given[0]):
+            # A bare @scheduled: the function came where the options should be.
+            func = given[0]
+            registry._keep(
+                _defined(
+                    _origin_or_repr(func),
+                    func,
+                    {},
+                    error="@scheduled needs its options in parentheses: write "
+                    "@scheduled(cron=...), @scheduled(fixed_rate=...) or "
+                    "@scheduled(fixed_delay=...)",
+                    error_field="option",
+                )
+            )
+            return func
+        positional = given[0]
+
+        def refuse(func: F) -> F:
+            hint = f"; did you mean cron={positional!r}?" if isinstance(positional, str) else ""
+            registry._keep(
+                _defined(
+                    _origin_or_repr(func),
+                    func,
+                    {},
+                    error=f"@scheduled() takes options by keyword only, got the positional "
+                    f"argument {positional!r}{hint}",
+                    error_field="option",
+                )
+            )
+            return func
+
+        return refuse
 
     def decorate(func: F) -> F:
-        registry.add(
-            func,
-            cron=cron,
-            zone=zone,
-            fixed_rate=fixed_rate,
-            fixed_delay=fixed_delay,
-            initial_delay=initial_delay,
-            at=at,
-            missed=missed,
-            name=name,
-            lock=lock,
-            lock_at_most_for=lock_at_most_for,
-            lock_at_least_for=lock_at_least_for,
-            recover=recover,
-            jitter=jitter,
-            args=args,
-            kwargs=kwargs,
-            expires=expires,
-        )
+        registry.add(func, **options)
         return func
 
     return decorate
+
+
+def _decoratable(obj: object) -> bool:
+    """Return whether *obj* is what ``@scheduled`` decorates: a function or a task object."""
+    return engines.engine_of(obj) is not None or inspect.isroutine(obj) or inspect.isclass(obj)
+
+
+def _origin_or_repr(func: Any) -> str:
+    """Return the dotted path of *func*, or its repr when it has none."""
+    try:
+        return _origin(func, engines.engine_of(func))[:NAME_LENGTH]
+    except Exception:
+        return repr(func)[:NAME_LENGTH]
 
 
 def autodiscover() -> None:

@@ -340,6 +340,11 @@ class Scheduler:
         )
         self._dispatcher.start()
 
+    @property
+    def alive(self) -> bool:
+        """Whether the dispatcher thread runs."""
+        return self._dispatcher is not None and self._dispatcher.is_alive()
+
     def shutdown(self, timeout: float | None = None) -> list[str]:
         """Stop dispatching, wait up to *timeout* seconds for running tasks, and return the
         names of those still running then.

@@ -8,12 +8,15 @@ writes, recovery after an outage, housekeeping).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar, cast
 
@@ -32,7 +35,7 @@ from .registry import TaskDefinition, TaskRegistry, registry
 from .scheduler import Scheduler
 from .writer import EndWriter
 
-__all__ = ["SchedulerService"]
+__all__ = ["SchedulerService", "Liveness", "current_service"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +47,38 @@ START_ATTEMPTS = 5
 #: How long a second ``stop()`` waits, beyond the shutdown timeout (waited at most twice: for a
 #: start under way, then for the running tasks), for the first to write its records.
 _STOP_WRITES_TIMEOUT = 10.0
+#: While a shutdown waits for running tasks, it says which ones this often, in seconds.
+SHUTDOWN_REPORT_EVERY = 5.0
+#: The maintenance thread must have ended a pass within this many heartbeat intervals (and
+#: at least ``LIVE_MINIMUM`` seconds) for the scheduler to count as alive: a pass that waits on
+#: a database that does not answer may take a while, and that is no reason to restart.
+LIVE_INTERVALS = 3
+LIVE_MINIMUM = 60.0
+
+_current: SchedulerService | None = None
+_current_pid: int | None = None
+
+
+def current_service() -> SchedulerService | None:
+    """Return the scheduler service started in this process (by autostart or
+    ``runscheduler``), if any."""
+    return _current if _current_pid == os.getpid() else None
+
+
+def _make_current(service: SchedulerService) -> None:
+    global _current, _current_pid
+    _current, _current_pid = service, os.getpid()
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """Whether this process's scheduler works: *state* is ``starting``, ``running``,
+    ``stopping``, ``stopped`` or ``failed``; *problems* says what is wrong when it is not
+    alive."""
+
+    alive: bool
+    state: str
+    problems: tuple[str, ...] = ()
 
 
 class SchedulerService:
@@ -92,6 +127,7 @@ class SchedulerService:
 
     def start(self) -> None:
         """Check the tasks, sync their rows and start firing."""
+        _make_current(self)
         with self._start_lock:
             if self._stopped.is_set():
                 return
@@ -224,6 +260,7 @@ class SchedulerService:
         from .autostart import describe_database_error
 
         self.check()
+        _make_current(self)
 
         def run() -> None:
             # ready() runs while later apps are still loading; wait for the last one.
@@ -252,6 +289,36 @@ class SchedulerService:
         thread = threading.Thread(target=run, name="scheduling-start", daemon=True)
         thread.start()
         return thread
+
+    @property
+    def stalled_after(self) -> float:
+        """How many seconds the maintenance thread may go without ending a pass before the
+        scheduler counts as stalled."""
+        return max(self.conf.heartbeat_interval.total_seconds() * LIVE_INTERVALS, LIVE_MINIMUM)
+
+    def liveness(self, monotonic: float | None = None) -> Liveness:
+        """Return whether this scheduler works, as of *monotonic* (``time.monotonic()``): its
+        threads run, and its maintenance thread has ended a pass lately. No I/O."""
+        if self._stopped.is_set():
+            return Liveness(False, "stopped" if self._stop_done.is_set() else "stopping")
+        if self.scheduler is None or self.maintenance is None:
+            return Liveness(True, "starting")  # waits for the database; restarting won't help
+        monotonic = time.monotonic() if monotonic is None else monotonic
+        threads = {
+            "dispatcher": self.scheduler.alive,
+            "writer": self.writer is not None and self.writer.alive,
+            "keep-alive": self.keepalive is not None and self.keepalive.alive,
+            "maintenance": self.maintenance.alive,
+        }
+        problems = [
+            f"the {name} thread has stopped" for name, alive in threads.items() if not alive
+        ]
+        since = monotonic - self.maintenance.last_pass
+        if since > self.stalled_after:
+            problems.append(f"the maintenance thread has not ended a pass for {since:.0f}s")
+        if problems:
+            return Liveness(False, "failed", tuple(problems))
+        return Liveness(True, "running")
 
     def stop(self, timeout: float | None = None) -> list[str]:
         """Stop firing, wait for running tasks and return the names still running.
@@ -301,7 +368,10 @@ class SchedulerService:
         # firings coming after a SIGTERM.
         if self.maintenance is not None:
             self.maintenance.stop(timeout=0)
-        still_running = self.scheduler.shutdown(timeout=wait)
+        if self.runner is not None:
+            self.runner.stopping.set()  # a retry that waits gives up
+        with self._reporting_waits(wait):
+            still_running = self.scheduler.shutdown(timeout=wait)
         if still_running:
             logger.warning(
                 "Shutdown timed out after %ss with task(s) still running: %s",
@@ -323,9 +393,55 @@ class SchedulerService:
             logger.exception("Writing the pending records at shutdown failed")
         if self.keepalive is not None:
             self.keepalive.stop()
+        self._deregister()
         close_old_connections()
         logger.info("Scheduler stopped")
         return still_running
+
+    def _deregister(self) -> None:
+        """Remove this instance's heartbeat: the health report counts it gone at once."""
+        from .health import forget_instance
+
+        try:
+            forget_instance(name=self.conf.instance_name, using=self.conf.database)
+        except DatabaseError as exc:
+            logger.warning("Could not remove this instance's heartbeat: %s", exc)
+
+    @contextlib.contextmanager
+    def _reporting_waits(self, wait: float) -> Iterator[None]:
+        """Say which runs the shutdown waits for, and for how long, now and every
+        ``SHUTDOWN_REPORT_EVERY`` seconds while it waits."""
+        runner = self.runner
+        if runner is None or not runner.running():
+            yield
+            return
+        done = threading.Event()
+        deadline = time.monotonic() + wait
+
+        def report() -> None:
+            while True:
+                running = runner.running()
+                if not running:
+                    return
+                left = max(deadline - time.monotonic(), 0.0)
+                logger.warning(
+                    "Stopping: waiting up to %.0fs more for %d running task(s): %s",
+                    left,
+                    len(running),
+                    ", ".join(
+                        f"{name} (running {seconds:.0f}s)" for name, seconds in running.items()
+                    ),
+                )
+                if done.wait(SHUTDOWN_REPORT_EVERY) or left <= 0:
+                    return
+
+        thread = threading.Thread(target=report, name="scheduling-shutdown-report", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(1.0)
 
 
 class _Scheduled(Mapping[str, TaskDefinition]):

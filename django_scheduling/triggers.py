@@ -36,6 +36,7 @@ __all__ = [
     "parse_zone",
     "jitter_offset",
     "kept_state",
+    "MISSED_COUNT_LIMIT",
 ]
 
 
@@ -107,6 +108,16 @@ class Trigger(Protocol):
 
     def describe(self) -> str:
         """Return the trigger in words, e.g. ``"every 30s"``."""
+
+    def missed_before(self, due: datetime, *, state: TriggerState) -> int:
+        """Return how many fire times of the schedule come before *due* and after the last
+        one run (*state*): those a missed-runs policy coalesced into *due* or skipped. At
+        most ``MISSED_COUNT_LIMIT``."""
+
+
+#: ``missed_before`` counts at most this many fire times: an every-second task that no
+#: scheduler ran for a month is not walked second by second.
+MISSED_COUNT_LIMIT = 10_000
 
 
 class _Series(Protocol):
@@ -185,6 +196,17 @@ class CronTrigger(_Described):
         local = self.expression.next(moment.astimezone(self.zone))
         return None if local is None else local.astimezone(UTC)
 
+    def missed_before(self, due: datetime, *, state: TriggerState) -> int:
+        start = state.last_fire_time or state.anchor
+        if start is None:
+            return 0
+        count = 0
+        moment = self.first_after(start)
+        while moment is not None and moment < due and count < MISSED_COUNT_LIMIT:
+            count += 1
+            moment = self.first_after(moment)
+        return count
+
     def last_at_or_before(self, moment: datetime, known: datetime) -> datetime:
         """Return the newest match at or before *moment*, or *known* (an older match).
 
@@ -253,6 +275,18 @@ class FixedRateTrigger(_Described):
         grid = _Grid(anchor, self.period)
         return _apply_missed(first_due, now, self.missed, grid, self.misfire_threshold)
 
+    def missed_before(self, due: datetime, *, state: TriggerState) -> int:
+        anchor, last = state.anchor, state.last_fire_time
+        if anchor is None:
+            return 0
+        if last is None or last < anchor:
+            first = anchor
+        else:
+            first = _Grid(anchor, self.period).first_after(last)
+        if due <= first:
+            return 0
+        return min(-(-(due - first) // self.period), MISSED_COUNT_LIMIT)
+
     def _describe(self) -> str:
         text = f"every {format_duration(self.period)}"
         if self.initial_delay:
@@ -284,6 +318,9 @@ class FixedDelayTrigger(_Described):
         # The newest run never finished (its process died): count from when it started.
         return state.last_fire_time + self.delay
 
+    def missed_before(self, due: datetime, *, state: TriggerState) -> int:
+        return 0  # each fire time counts from the end of the run before it: none is missed
+
     def _describe(self) -> str:
         text = f"{format_duration(self.delay)} after each run"
         if self.initial_delay:
@@ -309,6 +346,9 @@ class OneShotTrigger(_Described):
         if state.last_fire_time is not None:
             return None
         return self.at.astimezone(UTC)
+
+    def missed_before(self, due: datetime, *, state: TriggerState) -> int:
+        return 0  # one fire time, never missed: it runs late
 
     def _describe(self) -> str:
         return f"once at {self.at.isoformat()}"
@@ -424,6 +464,20 @@ def _build_trigger(
             "give exactly one of cron=, fixed_rate=, fixed_delay= or at=, "
             f"got {', '.join(name + '=' for name in given) if given else 'none'}"
         )
+    if cron is not None and not isinstance(cron, str | CronExpression):
+        raise ValueError(
+            f"cron={cron!r} must be a cron expression in a string, e.g. cron='0 */5 * * * *'"
+        )
+    if zone is not None and not isinstance(zone, str | tzinfo):
+        raise ValueError(
+            f"zone={zone!r} must be a time zone name such as 'Europe/Berlin', or a tzinfo"
+        )
+    if at is not None and not isinstance(at, datetime):
+        raise ValueError(
+            f"at={at!r} must be an aware datetime, e.g. datetime(2027, 1, 1, tzinfo=UTC)"
+        )
+    if not isinstance(missed, str):
+        raise ValueError(f"missed={missed!r} must be one of 'coalesce', 'run_all' or 'skip'")
     policy = MissedRuns.parse(missed)
     if zone is not None and cron is None:
         raise ValueError(f"zone= applies to cron= only, not to {given[0]}=")

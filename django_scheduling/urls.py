@@ -10,4 +10,5 @@ app_name = "django_scheduling"
 
 urlpatterns = [
     path("health/", views.health, name="health"),
+    path("live/", views.live, name="live"),
 ]

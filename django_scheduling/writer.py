@@ -67,6 +67,11 @@ class EndWriter:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def alive(self) -> bool:
+        """Whether the writer thread runs."""
+        return self._thread.is_alive()
+
     def add(self, item: Finished) -> None:
         with self._cond:
             if self._exited:

@@ -8,19 +8,29 @@ from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.test import TestCase, TransactionTestCase, override_settings
 from django.urls import reverse
 
 from django_scheduling.conf import InvalidSettings, SchedulingSettings
-from django_scheduling.health import beat, forget_old_instances, report
+from django_scheduling.health import (
+    DEAD_SHOWN_FOR,
+    beat,
+    forget_instance,
+    forget_old_instances,
+    report,
+)
 from django_scheduling.models import ScheduledTask, SchedulerInstance
+from django_scheduling.service import LIVE_MINIMUM, SchedulerService
 
 from .processes import manage, poll, process_env
 
 NOW = datetime(2026, 5, 13, 12, 0, tzinfo=UTC)
 URL = "/scheduling/health/"
+LIVE = "/scheduling/live/"
 
 
 def task(name: str, next_fire_time: datetime, **fields) -> ScheduledTask:
@@ -74,6 +84,24 @@ class ReportTests(TestCase):
         task("done", None)
         self.assertFalse(self.report()["scheduler_missing"])
 
+    def test_dead_instances_leave_the_report_after_a_while(self):
+        instance("alive", NOW)
+        instance("died lately", NOW - DEAD_SHOWN_FOR + timedelta(seconds=1))
+        instance("died long ago", NOW - DEAD_SHOWN_FOR - timedelta(seconds=1))
+        body = self.report()
+        self.assertEqual(
+            [(i["name"], i["alive"]) for i in body["instances"]],
+            [("alive", True), ("died lately", False)],
+        )
+
+    def test_a_stopped_instance_is_forgotten_at_once(self):
+        instance("stopping", NOW)
+        task("soon", NOW + timedelta(minutes=5))
+        forget_instance(name="stopping", using="default")
+        body = self.report()
+        self.assertEqual(body["instances"], [])
+        self.assertTrue(body["scheduler_missing"])
+
     def test_beats_and_old_instances(self):
         beat(name="a", host="h", started_at=NOW, now=NOW, using="default")
         beat(name="a", host="h", started_at=NOW, now=NOW + timedelta(seconds=30), using="default")
@@ -86,27 +114,51 @@ class ReportTests(TestCase):
 
 
 class EndpointTests(TestCase):
+    """What the endpoint tells whom: everyone whether all is well and how many tasks are
+    overdue; a holder of the token, or a staff user, the names."""
+
     def test_ok_then_overdue(self):
         self.assertEqual(reverse("django_scheduling:health"), URL)
         now = datetime.now(UTC)
         task("fine", now + timedelta(minutes=5))
         response = self.client.get(URL)
         self.assertEqual(response.status_code, 200)
-        self.assertTrue(response.json()["ok"])
+        self.assertEqual(response.json(), {"ok": True, "overdue_count": 0})
         task("late", now - timedelta(minutes=10))
         response = self.client.get(URL)
         self.assertEqual(response.status_code, 503)
-        body = response.json()
-        self.assertFalse(body["ok"])
-        self.assertEqual([t["name"] for t in body["overdue"]], ["late"])
-        self.assertEqual(
-            set(body["overdue"][0]), {"name", "trigger", "next_fire_time", "late_seconds"}
-        )
+        self.assertEqual(response.json(), {"ok": False, "overdue_count": 1})
 
-    def test_the_body_is_the_one_of_scheduling_status_json(self):
+    def staff(self, *, view: bool = True) -> None:
+        user = User.objects.create_user("ops", password="pw", is_staff=True)
+        if view:
+            user.user_permissions.add(Permission.objects.get(codename="view_scheduledtask"))
+        self.client.force_login(user)
+
+    def test_a_staff_session_reads_the_names(self):
         now = datetime.now(UTC)
         task("late", now - timedelta(minutes=10))
         instance("web-1:1:1", now)
+        self.staff()
+        body = self.client.get(URL).json()
+        self.assertEqual([t["name"] for t in body["overdue"]], ["late"])
+        self.assertEqual(
+            set(body["overdue"][0]),
+            {"name", "trigger", "reason", "next_fire_time", "late_seconds"},
+        )
+        self.assertEqual(body["overdue"][0]["reason"], "not started")
+        self.assertEqual(body["instances"][0]["pid"], 42)
+
+    def test_staff_without_the_view_permission_read_the_counts_only(self):
+        task("late", datetime.now(UTC) - timedelta(minutes=10))
+        self.staff(view=False)
+        self.assertEqual(self.client.get(URL).json(), {"ok": False, "overdue_count": 1})
+
+    def test_the_full_body_is_the_one_of_scheduling_status_json(self):
+        now = datetime.now(UTC)
+        task("late", now - timedelta(minutes=10))
+        instance("web-1:1:1", now)
+        self.staff()
         body = self.client.get(URL).json()
         out = StringIO()
         with self.assertRaises(CommandError):
@@ -119,23 +171,59 @@ class EndpointTests(TestCase):
         self.assertEqual(body["instances"][0]["name"], "web-1:1:1")
 
     @override_settings(SCHEDULING={"HEALTH_TOKEN": "s3cret"})
-    def test_a_token_when_the_setting_asks_for_one(self):
-        self.assertEqual(self.client.get(URL).status_code, 401)
-        self.assertEqual(
-            self.client.get(URL, headers={"authorization": "Bearer nope"}).status_code, 401
-        )
+    def test_the_token_reads_the_names_and_a_wrong_one_is_refused(self):
+        task("late", datetime.now(UTC) - timedelta(minutes=10))
+        self.assertEqual(self.client.get(URL).json(), {"ok": False, "overdue_count": 1})
+        for wrong in ("Bearer nope", "Basic czNjcmV0"):
+            with self.subTest(header=wrong):
+                response = self.client.get(URL, headers={"authorization": wrong})
+                self.assertEqual(response.status_code, 401)
+                self.assertEqual(response["WWW-Authenticate"], "Bearer")
         response = self.client.get(URL, headers={"authorization": "Bearer s3cret"})
-        self.assertEqual(response.status_code, 200)
+        self.assertEqual(response.status_code, 503)
+        self.assertEqual([t["name"] for t in response.json()["overdue"]], ["late"])
 
-    def test_no_token_by_default_and_only_safe_methods(self):
+    def test_a_token_when_none_is_configured_is_refused(self):
+        response = self.client.get(URL, headers={"authorization": "Bearer anything"})
+        self.assertEqual(response.status_code, 401)
+
+    def test_only_safe_methods(self):
         self.assertEqual(self.client.get(URL).status_code, 200)
         self.assertEqual(self.client.post(URL).status_code, 405)
 
-    @override_settings(SCHEDULING={"UNKNOWN": 1})
-    def test_bad_settings_fail_without_details(self):
+    @override_settings(SCHEDULING={"UNKNOWN": 1, "HEALTH_TOKEN": "s3cret"})
+    def test_a_configuration_error_is_counted_and_named_to_the_token(self):
         response = self.client.get(URL)
         self.assertEqual(response.status_code, 503)
-        self.assertEqual(response.json(), {"ok": False})
+        self.assertEqual(response.json(), {"ok": False, "configuration_errors": 1})
+        response = self.client.get(URL, headers={"authorization": "Bearer s3cret"})
+        body = response.json()
+        self.assertEqual(body["configuration_errors"], 1)
+        self.assertEqual(body["problems"][0]["id"], "django_scheduling.E004")
+        self.assertIn("unknown key 'UNKNOWN'", body["problems"][0]["message"])
+
+
+class MissingTablesTests(TransactionTestCase):
+    def test_missing_tables_say_to_run_migrate(self):
+        table = ScheduledTask._meta.db_table
+        hidden = connection.ops.quote_name(f"{table}_hidden")
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {connection.ops.quote_name(table)} RENAME TO {hidden}")
+        self.addCleanup(self.restore, table, hidden)
+        response = self.client.get(URL)
+        self.assertEqual(response.status_code, 503)
+        self.assertEqual(
+            response.json(),
+            {
+                "ok": False,
+                "error": "the database has no django_scheduling tables; run "
+                "`python manage.py migrate`",
+            },
+        )
+
+    def restore(self, table: str, hidden: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {hidden} RENAME TO {connection.ops.quote_name(table)}")
 
 
 class SettingsTests(TestCase):
@@ -196,3 +284,59 @@ class SchedulerStoppedTests(TransactionTestCase):
             message="the stopped instance still counts as alive",
         )
         self.assertFalse(body["instances"][0]["alive"])
+
+
+class LivenessTests(TransactionTestCase):
+    """``scheduling/live/``: this process's scheduler, read from its threads (no query)."""
+
+    def test_none_running_here_is_alive(self):
+        from django_scheduling import service as service_module
+
+        self.addCleanup(setattr, service_module, "_current", service_module._current)
+        service_module._current = None
+        response = self.client.get(LIVE)
+        self.assertEqual(reverse("django_scheduling:live"), LIVE)
+        self.assertEqual(response.status_code, 200)
+        self.assertEqual(response.json(), {"alive": True, "scheduler": "none in this process"})
+
+    def test_running_then_a_dead_thread_then_stopped(self):
+        service = SchedulerService([])
+        service.start()
+        self.addCleanup(service.stop, 5)
+        response = self.client.get(LIVE)
+        self.assertEqual(
+            (response.status_code, response.json()), (200, {"alive": True, "scheduler": "running"})
+        )
+
+        assert service.maintenance is not None
+        service.maintenance.stop(timeout=5)  # its thread ends, as if it had died
+        response = self.client.get(LIVE)
+        self.assertEqual(response.status_code, 503)
+        self.assertEqual(
+            response.json(),
+            {
+                "alive": False,
+                "scheduler": "failed",
+                "problems": ["the maintenance thread has stopped"],
+            },
+        )
+        service.stop(5)
+        response = self.client.get(LIVE)
+        self.assertEqual(
+            (response.status_code, response.json()), (503, {"alive": False, "scheduler": "stopped"})
+        )
+
+    def test_a_maintenance_pass_that_does_not_end_is_not_alive(self):
+        service = SchedulerService([])
+        service.start()
+        self.addCleanup(service.stop, 5)
+        assert service.maintenance is not None
+        # Read once: the thread may end another pass meanwhile, which only makes the next
+        # reading later.
+        last = service.maintenance.last_pass
+        self.assertGreaterEqual(service.stalled_after, LIVE_MINIMUM)
+        liveness = service.liveness(last + service.stalled_after + 30)
+        self.assertFalse(liveness.alive)
+        self.assertEqual(len(liveness.problems), 1)
+        self.assertIn("has not ended a pass for", liveness.problems[0])
+        self.assertTrue(service.liveness(last + service.stalled_after - 1).alive)

@@ -23,6 +23,7 @@ from .processes import poll
 
 NOW = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
 
 
 def run(task, started, status=RunStatus.SUCCEEDED, **fields):
@@ -129,8 +130,8 @@ class OverdueRuleTests(TestCase):
         self.task("removed", NOW - 6 * MINUTE, removed_at=NOW)
         self.task("later", NOW + MINUTE)
         self.task("done", None)
-        running = run("running", NOW - 10 * MINUTE, RunStatus.RUNNING)
-        self.task("running", NOW - 6 * MINUTE, last_run=running, last_fire_time=NOW - 10 * MINUTE)
+        running = run("running", NOW - 2 * MINUTE, RunStatus.RUNNING)
+        self.task("running", NOW + MINUTE, last_run=running, last_fire_time=NOW - 2 * MINUTE)
         self.assertEqual(
             self.states(overdue_after=5 * MINUTE),
             {
@@ -145,7 +146,94 @@ class OverdueRuleTests(TestCase):
             },
         )
         overdue = monitoring.overdue_tasks(now=NOW, overdue_after=5 * MINUTE, using="default")
-        self.assertEqual([t.name for t in overdue], ["late"])
+        self.assertEqual([(t.name, t.overdue_reason) for t in overdue], [("late", "not started")])
+
+    def test_a_run_that_holds_its_task_past_the_next_fire_time_is_overdue_as_hung(self):
+        hung = run("hung", NOW - 10 * MINUTE, RunStatus.RUNNING)
+        self.task("hung", NOW - 6 * MINUTE, last_run=hung, last_fire_time=NOW - 10 * MINUTE)
+        long = run("long", NOW - 10 * MINUTE, RunStatus.RUNNING)
+        self.task("long", NOW - 4 * MINUTE, last_run=long, last_fire_time=NOW - 10 * MINUTE)
+        self.assertEqual(
+            self.states(overdue_after=5 * MINUTE),
+            {"hung": TaskState.OVERDUE, "long": TaskState.RUNNING},
+        )
+        overdue = monitoring.overdue_tasks(now=NOW, overdue_after=5 * MINUTE, using="default")
+        self.assertEqual([(t.name, t.overdue_reason) for t in overdue], [("hung", "hung")])
+
+    def test_a_run_past_its_timeout_is_overdue_as_timed_out(self):
+        timed_out = run("timed_out", NOW - 3 * MINUTE, RunStatus.RUNNING, timeout_at=NOW - MINUTE)
+        # Its next fire time is still to come: the timeout alone makes it overdue.
+        self.task("timed_out", NOW + MINUTE, last_run=timed_out, last_fire_time=NOW - 3 * MINUTE)
+        within = run("within", NOW - 3 * MINUTE, RunStatus.RUNNING, timeout_at=NOW + MINUTE)
+        self.task("within", NOW + MINUTE, last_run=within, last_fire_time=NOW - 3 * MINUTE)
+        self.assertEqual(
+            self.states(overdue_after=5 * MINUTE),
+            {"timed_out": TaskState.OVERDUE, "within": TaskState.RUNNING},
+        )
+        overdue = monitoring.overdue_tasks(now=NOW, overdue_after=5 * MINUTE, using="default")
+        self.assertEqual(
+            [(t.name, t.overdue_reason) for t in overdue], [("timed_out", "timed out")]
+        )
+
+    def test_a_long_fixed_delay_run_is_late_only_past_its_timeout(self):
+        # Its next fire time counts from the end of the run: while it runs, none has passed.
+        for name, timeout_at in (("slow", None), ("stuck", NOW - MINUTE)):
+            running = run(name, NOW - HOUR, RunStatus.RUNNING, timeout_at=timeout_at)
+            ScheduledTask.objects.create(
+                name=name,
+                kind="fixed_delay",
+                trigger="1m after each run",
+                next_fire_time=NOW - 59 * MINUTE,
+                last_fire_time=NOW - HOUR,
+                last_run=running,
+            )
+        self.assertEqual(
+            self.states(overdue_after=5 * MINUTE),
+            {"slow": TaskState.RUNNING, "stuck": TaskState.OVERDUE},
+        )
+
+    def test_a_task_whose_last_runs_failed_is_failing(self):
+        statuses = {
+            "failing": [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.LOST],
+            "two_failures": [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.FAILED],
+            "recovered": [
+                RunStatus.FAILED,
+                RunStatus.FAILED,
+                RunStatus.FAILED,
+                RunStatus.SUCCEEDED,
+            ],
+            # Interrupted and rejected runs count neither way.
+            "between": [
+                RunStatus.FAILED,
+                RunStatus.INTERRUPTED,
+                RunStatus.FAILED,
+                RunStatus.REJECTED,
+                RunStatus.FAILED,
+            ],
+            "never_succeeded": [RunStatus.FAILED] * 3,
+        }
+        for name, history_ in statuses.items():
+            last = None
+            for minutes, status in enumerate(history_):
+                last = run(name, NOW - HOUR + minutes * MINUTE, status)
+            self.task(name, NOW + MINUTE, last_run=last, last_fire_time=NOW - MINUTE)
+        self.assertEqual(
+            self.states(overdue_after=5 * MINUTE),
+            {
+                "failing": TaskState.FAILING,
+                "two_failures": TaskState.UPCOMING,
+                "recovered": TaskState.UPCOMING,
+                "between": TaskState.FAILING,
+                "never_succeeded": TaskState.FAILING,
+            },
+        )
+        annotated = monitoring.annotate_state(
+            ScheduledTask.objects.all(), now=NOW, overdue_after=5 * MINUTE, failing_after=2
+        )
+        self.assertEqual(
+            {t.name for t in annotated if t.state == TaskState.FAILING},
+            {"failing", "two_failures", "between", "never_succeeded"},
+        )
 
     def test_the_boundary_is_strict(self):
         self.task("exactly", NOW - 5 * MINUTE)

@@ -28,6 +28,9 @@ async def async_job():
 
 
 class ScheduledDecoratorTests(SimpleTestCase):
+    # ``manage.py check`` runs the model checks, which ask SQLite whether it has JSON once.
+    databases = {"default"}
+
     def setUp(self):
         self.saved = registry_module.registry
         registry_module.registry = TaskRegistry()
@@ -37,6 +40,11 @@ class ScheduledDecoratorTests(SimpleTestCase):
     def restore(self):
         registry_module.registry = self.saved
         scheduling_checks.registry = self.saved
+
+    def fresh(self):
+        """Start again from an empty registry, within one test (for its subtests)."""
+        registry_module.registry = TaskRegistry()
+        scheduling_checks.registry = registry_module.registry
 
     def test_returns_the_function_unchanged(self):
         decorated = scheduled(fixed_rate="5s")(job)
@@ -217,6 +225,107 @@ class ScheduledDecoratorTests(SimpleTestCase):
         )
         self.assertEqual(tasks.get("longer").lock_at_most_for, timedelta(minutes=6))
         self.assertFalse(tasks.get("unlocked").lock)
+
+    # -- misuse never raises: each mistake is a check error naming the task and the fix ------
+
+    def test_an_unknown_keyword_names_the_option_it_most_looks_like(self):
+        for given, meant in (
+            ("timezone", "zone"),
+            ("tz", "zone"),
+            ("every", "fixed_rate"),
+            ("max_retries", "retries"),
+            ("lock_at_most", "lock_at_most_for"),
+            ("fixed_dealy", "fixed_delay"),
+        ):
+            with self.subTest(keyword=given):
+                self.fresh()
+                decorated = scheduled(cron="@daily", name="report", **{given: "x"})(job)
+                self.assertIs(decorated, job)
+                self.assert_one_error(
+                    "django_scheduling.E011",
+                    f"Task 'report' (tests.test_registry_and_checks.job): @scheduled() got an "
+                    f"unknown option {given}='x'; did you mean {meant}=?",
+                )
+
+    def test_an_unknown_keyword_like_no_option_lists_them(self):
+        scheduled(cron="@daily", name="report", colour="blue")(job)
+        self.assert_one_error("django_scheduling.E011", "the options are cron=, zone=,")
+
+    def test_a_bare_decorator_is_reported_and_the_function_kept(self):
+        decorated = scheduled(job)
+        self.assertIs(decorated, job)
+        self.assertEqual(decorated(), "ran")
+        self.assert_one_error(
+            "django_scheduling.E011",
+            "Task 'tests.test_registry_and_checks.job': @scheduled needs its options in "
+            "parentheses: write @scheduled(cron=...)",
+        )
+
+    def test_a_positional_expression_is_reported(self):
+        decorated = scheduled("*/5 * * * *")(job)
+        self.assertIs(decorated, job)
+        self.assert_one_error(
+            "django_scheduling.E011",
+            "@scheduled() takes options by keyword only, got the positional argument "
+            "'*/5 * * * *'; did you mean cron='*/5 * * * *'?",
+        )
+
+    def test_values_of_the_wrong_type_are_reported(self):
+        cases = [
+            ({"cron": 5}, "E001", "cron=5 must be a cron expression in a string"),
+            ({"cron": "@daily", "zone": 1}, "E001", "zone=1 must be a time zone name"),
+            ({"at": "2027-01-01"}, "E001", "at='2027-01-01' must be an aware datetime"),
+            ({"fixed_rate": "5s", "missed": 1}, "E001", "missed=1 must be one of"),
+            ({"fixed_rate": [5]}, "E001", "invalid fixed_rate [5] of type list"),
+            ({"fixed_rate": "5s", "name": 7}, "E007", "name=7 must be a non-empty string"),
+            ({"fixed_rate": "5s", "lock": "yes"}, "E003", "lock='yes' must be True or False"),
+            ({"fixed_rate": "5s", "args": "x"}, "E009", "args='x' must be a tuple or a list"),
+            ({"fixed_rate": "5s", "timeout": "soon"}, "E011", "invalid timeout 'soon'"),
+            ({"fixed_rate": "5s", "timeout": 0}, "E011", "timeout must be positive, got 0"),
+            ({"fixed_rate": "5s", "retries": -1}, "E011", "retries=-1 must be a whole number"),
+            ({"fixed_rate": "5s", "retries": True}, "E011", "retries=True must be a whole"),
+            ({"fixed_rate": "5s", "retry_backoff": "1s"}, "E011", "need retries=1 or more"),
+            (
+                {"fixed_rate": "5s", "retries": 2, "retry_backoff": "1m", "retry_backoff_max": 5},
+                "E011",
+                "retry_backoff_max (5) is shorter than retry_backoff ('1m')",
+            ),
+        ]
+        for options, check_id, text in cases:
+            with self.subTest(options=options):
+                self.fresh()
+                options = {"name": "t", **options}
+                self.assertIs(scheduled(**options)(job), job)
+                self.assert_one_error(f"django_scheduling.{check_id}", text)
+
+    def test_a_misused_task_leaves_the_others_valid(self):
+        scheduled(fixed_rate="5s", name="fine")(job)
+        scheduled(fixed_rate="5s", name="typo", timezone="UTC")(job)
+        tasks = registry_module.registry
+        self.assertIsNone(tasks.get("fine").error)
+        self.assertIn("did you mean zone=?", tasks.get("typo").error)
+
+    def test_timeout_and_retries_are_kept(self):
+        scheduled(fixed_rate="1m", name="t", timeout="10m", retries=2, retry_backoff="5s")(job)
+        definition = registry_module.registry.get("t")
+        self.assertIsNone(definition.error)
+        self.assertEqual(
+            (
+                definition.timeout,
+                definition.retries,
+                definition.retry_backoff,
+                definition.retry_backoff_max,
+            ),
+            (timedelta(minutes=10), 2, timedelta(seconds=5), timedelta(minutes=10)),
+        )
+        scheduled(fixed_rate="1m", name="plain")(job)
+        plain = registry_module.registry.get("plain")
+        self.assertEqual((plain.timeout, plain.retries), (None, 0))
+
+    def test_the_default_backoff_cap_is_never_below_the_backoff(self):
+        scheduled(fixed_rate="1d", name="t", retries=2, retry_backoff="1h")(job)
+        definition = registry_module.registry.get("t")
+        self.assertEqual(definition.retry_backoff_max, timedelta(hours=1))
 
     def test_too_long_name_is_reported(self):
         scheduled(fixed_rate="5s", name="x" * 201)(job)

@@ -57,9 +57,10 @@ class SchedulingStatusTests(TestCase):
         self.assertEqual(code, 1)
         lines = output.splitlines()
         self.assertEqual(len(lines), 2)
-        self.assertTrue(lines[0].startswith("nightly.backup  due "))  # the latest first
+        # The latest first, with why it is overdue: no run started for it.
+        self.assertTrue(lines[0].startswith("nightly.backup  not started  due "), lines[0])
         self.assertIn("late by 30m1", lines[0])
-        self.assertTrue(lines[1].startswith("hourly.sync  due "))
+        self.assertTrue(lines[1].startswith("hourly.sync  not started  due "))
         self.assertIn(TRIGGER, lines[1])
         self.assertNotIn("on.time", output)
 

@@ -61,6 +61,13 @@ class Command(BaseCommand):
             help="How long to wait for running tasks at shutdown (overrides SCHEDULING).",
         )
         parser.add_argument(
+            "--health-port",
+            type=int,
+            metavar="PORT",
+            help="Answer the liveness probe at /live on this port (200 while the scheduler "
+            "works, 503 once it has stopped).",
+        )
+        parser.add_argument(
             "--metrics-port",
             type=int,
             metavar="PORT",
@@ -76,6 +83,8 @@ class Command(BaseCommand):
             return
         if options["metrics_port"] is not None:
             self._serve_metrics(options["metrics_port"])
+        if options["health_port"] is not None:
+            self._serve_probe(options["health_port"])
         service = SchedulerService(
             None if definitions is None else definitions,
             core_pool_size=options["pool_size"],
@@ -112,6 +121,16 @@ class Command(BaseCommand):
         if still_running:
             self.stderr.write("Still running at shutdown: " + ", ".join(still_running))
         self.stdout.write("Scheduler stopped.")
+
+    def _serve_probe(self, port: int) -> None:
+        from ...probe_server import serve_probe
+        from ...views import liveness_body
+
+        try:
+            serve_probe(port, liveness_body)
+        except OSError as exc:
+            raise CommandError(f"Cannot serve the liveness probe on port {port}: {exc}") from None
+        self.stdout.write(f"Serving the liveness probe at http://0.0.0.0:{port}/live")
 
     def _serve_metrics(self, port: int) -> None:
         try:

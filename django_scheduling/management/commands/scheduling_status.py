@@ -27,8 +27,9 @@ class Command(BaseCommand):
     help = (
         "List the overdue scheduled tasks and exit with status 1 if there are any, 0 otherwise. "
         "A task is overdue when its next fire time is more than SCHEDULING['OVERDUE_AFTER'] "
-        "in the past and no run has started for it. Mistakes in the tasks or settings that stop "
-        "the scheduler also exit with status 1."
+        "in the past and no run has started for it or a run still holds it (hung), or when a "
+        "run has passed its timeout. Mistakes in the tasks or settings that stop the scheduler "
+        "also exit with status 1."
     )
     requires_system_checks: list[str] = []
 
@@ -50,7 +51,8 @@ class Command(BaseCommand):
         if errors:
             if options["json"]:
                 problems = [{"id": error.id, "message": error.msg} for error in errors]
-                self.stdout.write(json.dumps({"ok": False, "problems": problems}))
+                failed = {"ok": False, "configuration_errors": len(errors), "problems": problems}
+                self.stdout.write(json.dumps(failed))
             raise CommandError(
                 "The scheduler cannot start; fix these first (manage.py check shows them "
                 "too):\n" + describe(errors),
@@ -69,12 +71,12 @@ class Command(BaseCommand):
                 using=conf.database,
             )
             self.stdout.write(json.dumps(body))
-            overdue = len(body["overdue"])
+            overdue = body["overdue_count"]
         else:
             tasks = list(overdue_tasks(now=now, overdue_after=overdue_after, using=conf.database))
             for task in tasks:
                 self.stdout.write(
-                    f"{task.name}  due {_local(due_at(task))}  "
+                    f"{task.name}  {task.overdue_reason}  due {_local(due_at(task))}  "
                     f"late by {_late(task, now=now)}  ({task.trigger})"
                 )
             if not tasks:
@@ -102,9 +104,13 @@ def _overdue_after(text: str) -> timedelta:
     return delta
 
 
-def _local(moment: datetime) -> str:
+def _local(moment: datetime | None) -> str:
+    if moment is None:
+        return "never"
     return timezone.localtime(moment).isoformat(timespec="seconds")
 
 
 def _late(task: ScheduledTask, *, now: datetime) -> str:
-    return format_duration(timedelta(seconds=round((now - due_at(task)).total_seconds())))
+    due = due_at(task)
+    late = timedelta(0) if due is None else max(now - due, timedelta(0))
+    return format_duration(timedelta(seconds=round(late.total_seconds())))
