@@ -39,15 +39,14 @@ def install() -> None:
 def failures_in_a_row(name: str, *, before: int | None, limit: int, using: str) -> int:
     """Return how many of the newest finished runs of *name* failed in a row, counting at most
     *limit*; with *before* (a run id), only runs older than that run count."""
-    runs = TaskRun.objects.using(using).filter(
-        task_name=name, status__in=[RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.ENQUEUED]
-    )
+    counted = [RunStatus.SUCCEEDED, RunStatus.ENQUEUED, RunStatus.FAILED, RunStatus.TIMED_OUT]
+    runs = TaskRun.objects.using(using).filter(task_name=name, status__in=counted)
     if before is not None:
         runs = runs.exclude(pk=before)
     statuses = runs.order_by("-started_at", "-id").values_list("status", flat=True)[:limit]
     count = 0
     for status in statuses:
-        if status != RunStatus.FAILED:
+        if status not in (RunStatus.FAILED, RunStatus.TIMED_OUT):
             break
         count += 1
     return count

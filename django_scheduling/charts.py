@@ -19,7 +19,7 @@ from .admin_views import format_run_duration
 from .formats import format_time
 from .models import RunStatus
 from .timeline import Timeline
-from .trends import CHART_RUNS, RunPoint
+from .trends import CHART_RUNS, FAILURES, RunPoint
 
 __all__ = ["STATUS_COLOURS", "status_label", "run_chart", "sparkline", "timeline_strip"]
 
@@ -28,6 +28,7 @@ STATUS_COLOURS = {
     RunStatus.SUCCEEDED.value: "#16a34a",
     RunStatus.FAILED.value: "#dc2626",
     RunStatus.LOST.value: "#7f1d1d",
+    RunStatus.TIMED_OUT.value: "#be185d",
     RunStatus.INTERRUPTED.value: "#f59e0b",
     RunStatus.REJECTED.value: "#ea580c",
     RunStatus.RUNNING.value: "#2563eb",
@@ -68,6 +69,7 @@ _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 8, 18, 26
 def run_chart(points: Sequence[RunPoint], *, slots: int = CHART_RUNS) -> SafeString:
     """Return the chart of *points* (oldest first): one bar per run, its height the run's
     duration and its colour the outcome, newest on the right; a mark above the late starts.
+    A failure without a duration (a lost run) reaches the top: it must not be missed.
 
     The scale is the longest ended run: a run still in progress longer than that reaches the
     top, and its tooltip says how long it has run.
@@ -82,8 +84,11 @@ def run_chart(points: Sequence[RunPoint], *, slots: int = CHART_RUNS) -> SafeStr
     offset = _LEFT + plot_width - slot * len(points)
     bars, marks = [], []
     for index, point in enumerate(points):
-        seconds = point.duration.total_seconds() if point.duration is not None else 0.0
-        height = max(min(plot_height * seconds / scale, plot_height) if scale else 0.0, 2.0)
+        if point.duration is None and point.status in FAILURES:
+            height = float(plot_height)  # lost: how long it ran is unknown, its failure is not
+        else:
+            seconds = point.duration.total_seconds() if point.duration is not None else 0.0
+            height = max(min(plot_height * seconds / scale, plot_height) if scale else 0.0, 2.0)
         x = offset + index * slot
         y = _TOP + plot_height - height
         bars.append(
@@ -153,7 +158,7 @@ def run_chart(points: Sequence[RunPoint], *, slots: int = CHART_RUNS) -> SafeStr
 
 def sparkline(points: Sequence[RunPoint], *, slots: int) -> SafeString:
     """Return one tick per run of *points* (oldest first), coloured by outcome, newest on the
-    right; a failed or lost run's tick is taller."""
+    right; a failed, timed-out or lost run's tick is taller."""
     tick, gap, height = 2, 1, 10
     width = slots * (tick + gap)
     offset = width - len(points) * (tick + gap)
@@ -161,7 +166,7 @@ def sparkline(points: Sequence[RunPoint], *, slots: int) -> SafeString:
     ticks = []
     for index, point in enumerate(points):
         counts[point.status] = counts.get(point.status, 0) + 1
-        tall = point.status in (RunStatus.FAILED, RunStatus.LOST)
+        tall = point.status in FAILURES
         top = 0 if tall else 3
         ticks.append(
             (

@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 
 __all__ = [
+    "EnqueuedTooLate",
     "RunTimedOut",
     "cancel_requested",
     "current_fire_time",
@@ -57,6 +58,18 @@ class RunTimedOut(TimeoutError):
         )
         self.task, self.duration, self.timeout, self.failure = task, duration, timeout, failure
         self.__cause__ = failure
+
+
+class EnqueuedTooLate(TimeoutError):
+    """A firing's message reached the broker only after it had expired (the publish waited on
+    a broker outage): its worker will drop it, so it counts as failed, not enqueued."""
+
+    def __init__(self, task: str, result_id: str, sent: datetime, expires: datetime) -> None:
+        super().__init__(
+            f"{task}: the message {result_id} reached the broker at {sent.isoformat()}, after "
+            f"it expired at {expires.isoformat()}; a worker will discard it"
+        )
+        self.task, self.result_id, self.sent, self.expires = task, result_id, sent, expires
 
 
 def current_fire_time() -> datetime | None:

@@ -15,7 +15,7 @@ import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 __all__ = [
@@ -28,6 +28,8 @@ __all__ = [
     "backend_name",
     "commits_with",
     "outcome",
+    "states",
+    "FINAL_STATES",
 ]
 
 logger = logging.getLogger(__name__)
@@ -141,10 +143,12 @@ def enqueue(
     kwargs: Mapping[str, Any],
     *,
     expires: datetime | None = None,
+    time_limit: timedelta | None = None,
 ) -> Enqueued:
     """Enqueue one call of the task *obj* on its engine and return where it went.
 
-    *expires* (Celery only): a worker that receives the message after it drops the message.
+    Celery only: a worker that receives the message after *expires* drops it, and one that
+    runs it for longer than *time_limit* ends it (Celery's ``time_limit``).
     """
     if engine == DJANGO_TASKS:
         result = obj.enqueue(*args, **kwargs)
@@ -152,8 +156,56 @@ def enqueue(
     options: dict[str, Any] = {}
     if expires is not None:
         options["expires"] = expires
+    if time_limit is not None:
+        options["time_limit"] = time_limit.total_seconds()
     async_result = obj.apply_async(list(args), dict(kwargs), **options)
     return Enqueued(CELERY, str(async_result.id))
+
+
+#: The result states that end a run on a worker, by engine state: whether the worker ran it
+#: successfully. Celery's ``REVOKED`` is also a message that expired before a worker took it.
+FINAL_STATES = {
+    # django.tasks (TaskResultStatus)
+    "SUCCESSFUL": True,
+    "FAILED": False,
+    # Celery
+    "SUCCESS": True,
+    "FAILURE": False,
+    "REVOKED": False,
+}
+
+
+def states(backend: str, result_ids: list[str]) -> dict[str, str]:
+    """Return the state that the engine *backend* reports for each of *result_ids* it knows
+    (django.tasks' ``TaskResultStatus`` names, Celery's states); empty when the backend
+    reports no results. May wait on the engine, and raise what it raises: call it with a
+    deadline (``deadline.call_with_deadline``)."""
+    if backend.startswith(f"{DJANGO_TASKS}:"):
+        handler = task_backends()
+        alias = backend.split(":", 1)[1]
+        if alias not in handler.settings or not handler[alias].supports_get_result:
+            return {}
+        engine_backend = handler[alias]
+        module = sys.modules.get("django_tasks_db.backend")
+        if module is not None and isinstance(engine_backend, module.DatabaseBackend):
+            # One query for them all: the backend's table, read as get_result() reads it.
+            from django_tasks_db.models import DBTaskResult
+
+            rows = DBTaskResult.objects.filter(id__in=result_ids).values_list("id", "status")
+            return {str(result_id): str(status) for result_id, status in rows}
+        return {
+            result_id: str(engine_backend.get_result(result_id).status.name)
+            for result_id in result_ids
+        }
+    if backend == CELERY and "celery" in sys.modules:
+        from celery import current_app
+        from celery.backends.base import DisabledBackend
+
+        app = current_app._get_current_object()
+        if isinstance(app.backend, DisabledBackend):
+            return {}
+        return {result_id: str(app.AsyncResult(result_id).state) for result_id in result_ids}
+    return {}
 
 
 def outcome(backend: str, result_id: str) -> str:

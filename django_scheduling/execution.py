@@ -53,7 +53,7 @@ from django.utils import timezone, translation
 from . import engines, history, metrics, signals, state
 from .clock import utcnow
 from .conf import SchedulingSettings
-from .context import RunTimedOut, current_fire_time, firing_context
+from .context import EnqueuedTooLate, RunTimedOut, current_fire_time, firing_context
 from .dbconnection import KeptConnection
 from .decisions import TRIGGER_CHANGED, Run, Skip, decide, retry_delay
 from .durations import format_duration
@@ -63,7 +63,7 @@ from .locking.database import is_conflict
 from .models import RunStatus
 from .outbox import Outbox
 from .pool import PoolStats
-from .registry import TaskDefinition
+from .registry import TaskDefinition, effective_timeout
 from .scheduler import SINGLE, Call, Entry, Firing, Outcome, RunRequest
 from .triggers import Trigger, TriggerState, jitter_offset, kept_state
 from .writer import EndWriter, Finished
@@ -79,6 +79,11 @@ LOCKED_RECHECK = timedelta(seconds=1)
 #: A lock held elsewhere through a streak of skips longer than this (and than any run of the
 #: task here) is looked at, and reported when the same holder still has it.
 LOCKED_REPORT_AFTER = timedelta(minutes=1)
+#: A publish that fails is tried again after this long, doubling up to ``PUBLISH_BACKOFF_MAX``,
+#: until the firing's deadline; without one (a fixed delay, a manual run), for this long.
+PUBLISH_BACKOFF = timedelta(milliseconds=500)
+PUBLISH_BACKOFF_MAX = timedelta(seconds=10)
+PUBLISH_RETRY_FOR = timedelta(minutes=1)
 
 
 @dataclass(slots=True)
@@ -678,36 +683,79 @@ class TaskRunner:
     ) -> _HandedOver:
         """Enqueue one call of the task on its engine; a failure is a failed run. Only a
         database error inside the caller's transaction (*savepoint*: the enqueue writes in it)
-        is raised, so that the claim rolls back with it."""
+        is raised, so that the claim rolls back with it.
+
+        A publish that fails is tried again, with a growing wait, until the firing's deadline:
+        its next fire time (never past its message's expiry; without either, for
+        ``PUBLISH_RETRY_FOR``). One that returns only after its message's expiry counts as
+        failed: the worker will drop it.
+        """
         definition = spec.definition
         assert definition.engine is not None
         backend = engines.backend_name(definition.func, definition.engine)
         expires = self._expires(spec, fire_time, started)
-        try:
-            with transaction.atomic(using=self.using) if savepoint else contextlib.nullcontext():
-                enqueued = engines.enqueue(
-                    definition.func,
-                    definition.engine,
-                    definition.args,
-                    definition.kwargs,
-                    expires=expires,
+        # The firing's deadline: its next fire time, and never past its message's expiry.
+        bounds = [self._retry_bound(spec, fire_time, started), expires]
+        deadline = min([bound for bound in bounds if bound is not None], default=None)
+        deadline = deadline or started + PUBLISH_RETRY_FOR
+        # The time left until the deadline, spent in real time from here on.
+        budget_ends = time.monotonic() + (deadline - started).total_seconds()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with (
+                    transaction.atomic(using=self.using) if savepoint else contextlib.nullcontext()
+                ):
+                    enqueued = engines.enqueue(
+                        definition.func,
+                        definition.engine,
+                        definition.args,
+                        definition.kwargs,
+                        expires=expires,
+                        time_limit=spec.timeout,
+                    )
+                break
+            except Exception as exc:  # the broker is down, the arguments do not serialize, ...
+                if savepoint and isinstance(exc, DatabaseError):
+                    raise  # the caller's transaction fails with it: nothing is claimed
+                wait = retry_delay(attempt, PUBLISH_BACKOFF, PUBLISH_BACKOFF_MAX, random.random())
+                # Not inside the claim's transaction: it would hold the task's row meanwhile.
+                in_time = time.monotonic() + wait.total_seconds() < budget_ends
+                if not savepoint and in_time and not self.stopping.is_set():
+                    logger.warning(
+                        "Could not enqueue %s (scheduled for %s) on %s: %s; trying again in %s",
+                        spec.name,
+                        _when(fire_time),
+                        backend,
+                        exc,
+                        _ms(wait),
+                    )
+                    if not self.stopping.wait(wait.total_seconds()):
+                        continue
+                logger.exception(
+                    "Could not enqueue %s (scheduled for %s) on %s in %d attempt(s), until %s; "
+                    "it fires again at its next fire time",
+                    spec.name,
+                    _when(fire_time),
+                    backend,
+                    attempt,
+                    deadline.isoformat(),
                 )
-        except Exception as exc:  # the broker is down, the arguments do not serialize, ...
-            if savepoint and isinstance(exc, DatabaseError):
-                raise  # the caller's transaction fails with it: nothing is claimed
-            logger.exception(
-                "Could not enqueue %s (scheduled for %s) on %s; it fires again at its next "
-                "fire time",
-                spec.name,
-                _when(fire_time),
-                backend,
+                error = (
+                    f"{type(exc).__module__}.{type(exc).__qualname__}",
+                    f"{exc} (in {attempt} attempt(s), until {deadline.isoformat()})",
+                    traceback.format_exc(),
+                )
+                return _HandedOver(RunStatus.FAILED, self.clock(), backend, "", error, exc)
+        finished = self.clock()
+        if expires is not None and finished > expires:
+            late = EnqueuedTooLate(spec.name, enqueued.result_id, finished, expires)
+            logger.error("%s", late)
+            error = (f"{EnqueuedTooLate.__module__}.{EnqueuedTooLate.__qualname__}", str(late), "")
+            return _HandedOver(
+                RunStatus.FAILED, finished, enqueued.backend, enqueued.result_id, error, late
             )
-            error = (
-                f"{type(exc).__module__}.{type(exc).__qualname__}",
-                str(exc),
-                traceback.format_exc(),
-            )
-            return _HandedOver(RunStatus.FAILED, self.clock(), backend, "", error, exc)
         logger.info(
             "Enqueued %s (scheduled for %s) on %s as %s",
             spec.name,
@@ -716,30 +764,37 @@ class TaskRunner:
             enqueued.result_id,
         )
         return _HandedOver(
-            RunStatus.ENQUEUED, self.clock(), enqueued.backend, enqueued.result_id, ("", "", "")
+            RunStatus.ENQUEUED, finished, enqueued.backend, enqueued.result_id, ("", "", "")
         )
 
     def _expires(
         self, spec: TaskSpec, fire_time: datetime | None, started: datetime
     ) -> datetime | None:
-        """Return when a Celery message of this firing expires: ``expires=`` after it is
-        sent, else at the task's next fire time (a message still waiting then is dropped by
-        the worker, which runs the next one instead), but never sooner than one period after
-        it is sent: a firing sent late (a catch-up of ``missed="run_all"``, a recovery) is not
-        born expired. Never for fixed-delay tasks and manual runs without ``expires=``."""
+        """Return when a Celery message of this firing expires, counted from its fire time:
+        ``expires=`` after it, else at the task's next fire time (a message still waiting then
+        is dropped by the worker, which runs the next one instead). A message delayed by an
+        outage but still within its period is run.
+
+        A firing sent after its next fire time had already come (a catch-up of
+        ``missed="run_all"``, a recovery) gets one period from its send instead, not an expiry
+        in the past; a manual run, ``expires=`` from its send. Never for fixed-delay tasks and
+        manual runs without ``expires=``.
+        """
         expires = spec.definition.expires
         if spec.definition.engine != engines.CELERY or expires is False:
             return None
         if isinstance(expires, timedelta):
-            return started + expires
+            return (fire_time or started) + expires
         if fire_time is None or spec.trigger.kind == "fixed_delay":
             return None
         following = spec.trigger.next_fire_time(
-            now=started, state=replace(spec.state, last_fire_time=fire_time)
+            now=fire_time, state=replace(spec.state, last_fire_time=fire_time)
         )
         if following is None:
             return None
-        return max(following, started + (following - fire_time))
+        if following <= started:
+            return started + (following - fire_time)
+        return following
 
     def _call_noted(
         self,
@@ -1712,14 +1767,6 @@ class TaskRunner:
                 item.held.release()
         run_ids = [item.run_id for item in running if item.run_id is not None]
         history.mark_interrupted(using=self.using, run_ids=run_ids, now=self.clock())
-
-
-def effective_timeout(definition: TaskDefinition, conf: SchedulingSettings) -> timedelta | None:
-    """Return the timeout of *definition*'s runs: its ``timeout=``, else ``TIMEOUT``, which a
-    django.tasks Task does not take (the framework has no time limit)."""
-    if definition.timeout is not None:
-        return definition.timeout
-    return None if definition.engine == engines.DJANGO_TASKS else conf.timeout
 
 
 def _invoke(definition: TaskDefinition, fire_time: datetime | None, deadline: float | None) -> None:

@@ -28,6 +28,7 @@ from .conf import SchedulingSettings
 from .locking import LockConfiguration, LockError, get_lock_provider
 from .models import ScheduledTask, TaskLock
 from .outbox import Outbox
+from .outcomes import OutcomeWatch
 from .registry import TaskDefinition
 from .scheduler import RunRequest, Scheduler
 
@@ -74,6 +75,7 @@ class Maintenance:
         self._next_heartbeat = 0.0
         self.started_at = clock()
         self._failing = False
+        self.outcomes = OutcomeWatch(using=conf.database, instance=conf.instance_name)
         #: When the last pass ended, on the ``time.monotonic()`` clock (the liveness probe).
         self.last_pass = time.monotonic()
 
@@ -127,6 +129,8 @@ class Maintenance:
             if monotonic >= self._next_heartbeat:
                 self._next_heartbeat = monotonic + self.conf.heartbeat_interval.total_seconds()
                 self.beat()
+            if self.conf.history:
+                self.outcomes.tick(monotonic)
             self._sample_metrics()
             if self._failing:
                 logger.warning("Maintenance works again: the database answers")

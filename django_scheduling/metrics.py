@@ -5,13 +5,19 @@ default registry and connects receivers to the run signals; without prometheus_c
 nothing. The names and labels are public API:
 
 - ``django_scheduling_runs_total{task, status}``: finished runs, ``status`` is ``succeeded``,
-  ``failed`` or ``enqueued``;
+  ``failed``, ``timed_out`` or ``enqueued``;
 - ``django_scheduling_run_duration_seconds{task}``: a histogram of run durations;
 - ``django_scheduling_lateness_seconds{task}``: a histogram of start minus fire time;
 - ``django_scheduling_skipped_total{task, reason}``: firings not run, by ``run_skipped`` reason;
 - ``django_scheduling_lock_attempts_total{task, acquired}``: lock attempts, ``acquired`` is
   ``true`` or ``false``;
-- ``django_scheduling_last_success_timestamp_seconds{task}``: when the last success ended;
+- ``django_scheduling_last_success_timestamp_seconds{task}``: when the last success ended (an
+  engine task: when its worker's success was reported);
+- ``django_scheduling_last_enqueued_timestamp_seconds{task}``: when an engine task was last
+  enqueued;
+- ``django_scheduling_worker_outcomes_total{task, outcome}``: enqueued runs whose outcome on
+  the worker the engine reported (``successful``/``failed`` from django.tasks,
+  ``success``/``failure``/``revoked`` from Celery);
 - ``django_scheduling_overdue_tasks``: overdue tasks, counted in the database at scrape time;
 - ``django_scheduling_pool_queue_depth``, ``django_scheduling_pool_busy_threads`` and
   ``django_scheduling_pool_threads``: the worker pool, sampled once a second.
@@ -31,6 +37,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .clock import utcnow
+from .context import RunTimedOut
 
 if TYPE_CHECKING:
     from .pool import PoolStats
@@ -45,6 +52,7 @@ __all__ = [
     "pool_sampled",
     "refresh_overdue",
     "serve",
+    "worker_outcome",
 ]
 
 logger = logging.getLogger(__name__)
@@ -130,9 +138,25 @@ class _Metrics:
         self.last_success = _Children(
             Gauge(
                 "django_scheduling_last_success_timestamp_seconds",
-                "When the last successful run of each task ended (seconds since the epoch).",
+                "When the last successful run of each task ended (seconds since the epoch); "
+                "for an enqueued task, when its worker's success was reported.",
                 ["task"],
                 multiprocess_mode="max",
+            )
+        )
+        self.last_enqueued = _Children(
+            Gauge(
+                "django_scheduling_last_enqueued_timestamp_seconds",
+                "When a firing of each engine task was last enqueued (seconds since the epoch).",
+                ["task"],
+                multiprocess_mode="max",
+            )
+        )
+        self.worker_outcomes = _Children(
+            Counter(
+                "django_scheduling_worker_outcomes_total",
+                "Enqueued runs whose worker's outcome the engine reported, by outcome.",
+                ["task", "outcome"],
             )
         )
         self.overdue = _overdue_gauge_class()(
@@ -239,17 +263,30 @@ def _succeeded(sender: str, *, duration: timedelta, **kwargs: Any) -> None:
         _metrics.last_success.labels(sender).set(time.time())
 
 
-def _failed(sender: str, *, duration: timedelta, **kwargs: Any) -> None:
+def _failed(
+    sender: str, *, duration: timedelta, exception: BaseException | None = None, **kwargs: Any
+) -> None:
     if _metrics is not None:
-        _metrics.runs.labels(sender, "failed").inc()
+        status = "timed_out" if isinstance(exception, RunTimedOut) else "failed"
+        _metrics.runs.labels(sender, status).inc()
         _metrics.duration.labels(sender).observe(duration.total_seconds())
 
 
 def _enqueued(sender: str, **kwargs: Any) -> None:
-    # The scheduler's part of an engine task succeeded: its firing is on the queue.
+    # The scheduler's part of an engine task succeeded: its firing is on the queue. Whether
+    # its worker succeeds is counted apart (worker_outcome).
     if _metrics is not None:
         _metrics.runs.labels(sender, "enqueued").inc()
-        _metrics.last_success.labels(sender).set(time.time())
+        _metrics.last_enqueued.labels(sender).set(time.time())
+
+
+def worker_outcome(task: str, outcome: str, succeeded: bool) -> None:
+    """Count what the engine reported of an enqueued run of *task*: *outcome* is its state,
+    lower case (``successful``, ``failed``, ``success``, ``failure``, ``revoked``)."""
+    if _metrics is not None:
+        _metrics.worker_outcomes.labels(task, outcome).inc()
+        if succeeded:
+            _metrics.last_success.labels(task).set(time.time())
 
 
 def _skipped(sender: str, *, reason: str, **kwargs: Any) -> None:

@@ -18,11 +18,18 @@ from types import FunctionType, MappingProxyType
 from typing import Any, Generic, TypeVar, overload
 
 from . import engines
-from .conf import NAME_LENGTH
+from .conf import NAME_LENGTH, SchedulingSettings
 from .durations import DurationLike, parse_duration
 from .triggers import DEFAULT_MISFIRE_THRESHOLD, MissedRuns, Trigger, make_trigger, trigger_key
 
-__all__ = ["TaskDefinition", "TaskRegistry", "registry", "scheduled", "autodiscover"]
+__all__ = [
+    "TaskDefinition",
+    "TaskRegistry",
+    "registry",
+    "scheduled",
+    "autodiscover",
+    "effective_timeout",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +131,14 @@ class TaskDefinition:
             default_zone=default_zone,
             misfire_threshold=misfire_threshold,
         )
+
+
+def effective_timeout(definition: TaskDefinition, conf: SchedulingSettings) -> timedelta | None:
+    """Return the timeout of *definition*'s runs: its ``timeout=``, else ``TIMEOUT``, which a
+    django.tasks Task does not take (the framework has no time limit)."""
+    if definition.timeout is not None:
+        return definition.timeout
+    return None if definition.engine == engines.DJANGO_TASKS else conf.timeout
 
 
 def _origin(func: Any, engine: str | None) -> str:

@@ -21,7 +21,7 @@ from django.utils import timezone
 from . import signals
 from .conf import SchedulingSettings, get_settings
 from .cron import CronExpression
-from .registry import TaskDefinition
+from .registry import TaskDefinition, effective_timeout
 from .triggers import CronTrigger, FixedRateTrigger, Trigger
 
 __all__ = ["crontab", "install", "monitor_config", "monitor_slug"]
@@ -86,18 +86,19 @@ def monitor_config(definition: TaskDefinition, conf: SchedulingSettings) -> dict
     - ``timezone``: the cron expression's zone (the project's ``TIME_ZONE`` by default);
     - ``checkin_margin``: ``MISFIRE_THRESHOLD`` plus the task's jitter, in whole minutes, at
       least 1: a firing may start that late and still run;
-    - ``max_runtime``: the task's ``lock_at_most_for``, in whole minutes, at least 1.
+    - ``max_runtime``: the task's timeout (``timeout=``, ``TIMEOUT``), else its
+      ``lock_at_most_for``, in whole minutes, at least 1.
     """
     trigger = definition.trigger(timezone.get_default_timezone(), conf.misfire_threshold)
     schedule = _schedule(trigger)
     if schedule is None:
         return None
     jitter = conf.jitter if definition.jitter is None else definition.jitter
-    most = definition.lock_at_most_for or conf.lock_at_most_for
+    longest = effective_timeout(definition, conf) or definition.lock_at_most_for
     config: dict[str, Any] = {
         "schedule": schedule,
         "checkin_margin": _minutes(conf.misfire_threshold + jitter),
-        "max_runtime": _minutes(most),
+        "max_runtime": _minutes(longest or conf.lock_at_most_for),
     }
     if isinstance(trigger, CronTrigger):
         config["timezone"] = _zone_name(trigger.zone)

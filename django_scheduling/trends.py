@@ -56,7 +56,7 @@ IN_PROGRESS = frozenset({RunStatus.RUNNING.value})
 #: Statuses of the runs that succeeded: an engine task's run succeeds when it is enqueued.
 SUCCESSES = frozenset({RunStatus.SUCCEEDED.value, RunStatus.ENQUEUED.value})
 #: Statuses that count as a failure of the task in "failures in a row".
-FAILURES = frozenset({RunStatus.FAILED.value, RunStatus.LOST.value})
+FAILURES = frozenset({RunStatus.FAILED.value, RunStatus.TIMED_OUT.value, RunStatus.LOST.value})
 
 
 @dataclass(frozen=True, slots=True)

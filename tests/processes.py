@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -170,8 +171,44 @@ def celery_worker(name: str, queue: str, env: dict[str, str]) -> Process:
     return process
 
 
+class RedisServer:
+    """A Redis server of a test's own, on a free port, that keeps its data in *directory* in
+    an append-only file written at every write: its queues survive a stop and a start, as a
+    production broker's do. The suite's shared server (``TEST_REDIS_URL``) is never stopped."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.process: Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        args = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port)]
+        args += ["--dir", str(self.directory), "--appendonly", "yes", "--appendfsync", "always"]
+        args += ["--save", "", "--daemonize", "no"]
+        self.process = Process(args, dict(os.environ))
+        self.process.wait_for("Ready to accept connections", timeout=30)
+
+    def stop(self) -> None:
+        """Stop the server cleanly (SIGTERM): it writes its data, then closes its connections."""
+        assert self.process is not None
+        code = self.process.stop(30)
+        if code != 0:
+            raise AssertionError(f"redis-server exited with {code}:\n{self.process.output}")
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+
+
 __all__ = [
     "Process",
+    "RedisServer",
     "celery_worker",
     "database_url",
     "db_worker",

@@ -183,6 +183,37 @@ class ConfigurationProcessTests(TransactionTestCase):
         self.assert_exit(shell, ok=True)
         self.assertFalse(Execution.objects.exists())
 
+    # -- @scheduled misused: a keyword it does not take, no parentheses, a wrong type ----------
+
+    def test_gunicorn_serves_when_scheduled_is_misused_and_check_names_the_fix(self):
+        web, url = self.gunicorn(CONFIG_TASKS="misused", SCHEDULING_AUTOSTART="1")
+        check = self.manage("check", CONFIG_TASKS="misused")
+        migrate = self.manage("migrate", "--noinput", CONFIG_TASKS="misused")
+
+        self.assert_serves(url, web)
+        web.wait_for(NOT_STARTING)
+        self.assertIn("did you mean zone=?", web.output)
+        self.assertEqual(web.count(AUTOSTARTED), 0, web.output)
+        self.assertIsNone(web.popen.poll(), web.output)
+        self.assertNotIn("Traceback", web.output)
+
+        self.assert_exit(check, ok=False)
+        misuses = [line for line in check.lines if "(django_scheduling.E0" in line]
+        self.assertEqual(len(misuses), 3, check.output)
+        self.assertIn(
+            "Task 'config.typo' (tests.configapp.tasks.typo): @scheduled() got an unknown option "
+            "timezone='Europe/Berlin'; did you mean zone=?",
+            check.output,
+        )
+        self.assertIn(
+            "Task 'tests.configapp.tasks.bare': @scheduled needs its options in parentheses",
+            check.output,
+        )
+        self.assertIn("cron=5 must be a cron expression in a string", check.output)
+        # migrate has nothing to do with the scheduler: it runs, and shows them as warnings.
+        self.assert_exit(migrate, ok=True)
+        self.assertIn("did you mean zone=?", migrate.output)
+
     # -- the start thread ------------------------------------------------------------------------
 
     def test_autostart_waits_for_app_loading_to_finish(self):

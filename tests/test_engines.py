@@ -21,24 +21,32 @@ import redis
 from celery import Celery
 from django.contrib.auth.models import User
 from django.core import checks
+from django.core.management import call_command
 from django.db import OperationalError, connection
 from django.test import TransactionTestCase, override_settings
 from django.urls import reverse
 from django_tasks_db.models import DBTaskResult
 
-from django_scheduling import engines
+from django_scheduling import engines, signals
 from django_scheduling.checks import check_engines, task_errors
 from django_scheduling.conf import get_settings
+from django_scheduling.context import EnqueuedTooLate
 from django_scheduling.deadline import OUTCOME_TIMEOUT
 from django_scheduling.execution import TaskRunner
 from django_scheduling.locking import DatabaseLockProvider
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
+from django_scheduling.outcomes import WATCH_FOR, OutcomeWatch
 from django_scheduling.registry import TaskRegistry
 from django_scheduling.scheduler import Entry, RunRequest
 from tests.engines_celery import REDIS_URL
 from tests.engines_celery import app as celery_app
 from tests.testapp import engine_tasks
-from tests.testapp.engine_tasks import celery_record, immediate_record, tasks_record
+from tests.testapp.engine_tasks import (
+    celery_record,
+    immediate_record,
+    tasks_fail,
+    tasks_record,
+)
 
 try:
     from django.tasks.signals import task_enqueued
@@ -46,6 +54,7 @@ except ImportError:  # Django 5.2: the backport
     from django_tasks.signals import task_enqueued  # type: ignore[no-redef]
 
 T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
+SECOND = timedelta(seconds=1)
 
 
 def make_runner(name, now):
@@ -251,7 +260,13 @@ class DjangoTasksTests(TransactionTestCase):
         )
         after = REGISTRY.get_sample_value("django_scheduling_runs_total", labels)
         self.assertEqual(after, before + 1)
+        # An enqueue is not a success: that is the worker's to report (outcomes.py).
         self.assertIsNotNone(
+            REGISTRY.get_sample_value(
+                "django_scheduling_last_enqueued_timestamp_seconds", {"task": "nightly"}
+            )
+        )
+        self.assertIsNone(
             REGISTRY.get_sample_value(
                 "django_scheduling_last_success_timestamp_seconds", {"task": "nightly"}
             )
@@ -457,7 +472,38 @@ class CeleryTests(TransactionTestCase):
         ]
         self.assertCountEqual(expires, [(T0 + timedelta(hours=1)).isoformat(), None])
 
-    def test_a_broker_that_is_down_fails_the_run_and_the_schedule_goes_on(self):
+    def test_a_message_delayed_within_its_period_keeps_the_next_fire_time_as_expiry(self):
+        definition = self.registry.add(
+            celery_record, fixed_rate="10s", name="feeds", kwargs={"name": "feeds"}
+        )
+        runner = make_runner("a", T0)
+        task_entry = entry(runner, definition)  # first scheduled at T0
+        runner.clock = lambda: T0 + timedelta(seconds=3)  # sent 3 s after its fire time
+        runner.run(task_entry, T0)
+        message = json.loads(self.redis.lindex(self.queue, 0))
+        self.assertEqual(message["headers"]["expires"], (T0 + timedelta(seconds=10)).isoformat())
+
+    def test_expires_is_counted_from_the_fire_time(self):
+        definition = self.registry.add(
+            celery_record, fixed_rate="1h", name="feeds", kwargs={"name": "f"}, expires="10m"
+        )
+        runner = make_runner("a", T0)
+        task_entry = entry(runner, definition)
+        runner.clock = lambda: T0 + timedelta(seconds=3)
+        runner.run(task_entry, T0)
+        message = json.loads(self.redis.lindex(self.queue, 0))
+        self.assertEqual(message["headers"]["expires"], (T0 + timedelta(minutes=10)).isoformat())
+
+    def test_a_timeout_becomes_the_celery_time_limit(self):
+        definition = self.registry.add(
+            celery_record, fixed_rate="1h", name="feeds", kwargs={"name": "f"}, timeout="90s"
+        )
+        runner = make_runner("a", T0)
+        runner.run(entry(runner, definition), T0)
+        message = json.loads(self.redis.lindex(self.queue, 0))
+        self.assertEqual(message["headers"]["timelimit"], [90.0, None])
+
+    def down_task(self):
         down = "redis://127.0.0.1:1/0"  # nothing listens on port 1
         down_app = Celery("down", broker=down, backend=down, set_as_current=False)
         down_app.conf.result_backend_transport_options = {"retry_policy": {"max_retries": 0}}
@@ -467,13 +513,59 @@ class CeleryTests(TransactionTestCase):
         def refresh_feeds():
             pass
 
-        definition = self.registry.add(refresh_feeds, fixed_rate="10s", name="feeds")
+        return refresh_feeds
+
+    def test_a_broker_that_is_down_is_tried_until_the_deadline_then_fails_the_run(self):
+        definition = self.registry.add(self.down_task(), fixed_rate="2s", name="feeds")
         runner = make_runner("a", T0)
-        self.assertEqual(runner.run(entry(runner, definition), T0), T0 + timedelta(seconds=10))
+        started = time.monotonic()
+        with self.assertLogs("django_scheduling.execution", "WARNING") as logs:
+            self.assertEqual(runner.run(entry(runner, definition), T0), T0 + 2 * SECOND)
+        # Tried again within the 2 s until the next fire time, then given up.
+        self.assertLess(time.monotonic() - started, 10)
+        retries = [line for line in logs.output if "trying again in" in line]
+        self.assertGreaterEqual(len(retries), 1, logs.output)
         run = TaskRun.objects.get()
         self.assertEqual((run.status, run.backend, run.result_id), (RunStatus.FAILED, "celery", ""))
         self.assertIn("Connection refused", run.error_message + run.traceback)
+        self.assertIn(f"in {len(retries) + 1} attempt(s)", run.error_message)
         self.assertEqual(ScheduledTask.objects.get(name="feeds").last_fire_time, T0)
+
+    def test_a_message_that_reaches_the_broker_after_its_expiry_is_no_success(self):
+        from celery.signals import before_task_publish
+
+        definition = self.registry.add(
+            celery_record, fixed_rate="5s", name="feeds", kwargs={"name": "feeds"}
+        )
+        clock = {"now": T0}
+        runner = make_runner("a", T0)
+        runner.clock = lambda: clock["now"]
+
+        def stalled(**kwargs):
+            clock["now"] = T0 + timedelta(seconds=12)  # the publish waited on an outage
+
+        before_task_publish.connect(stalled, weak=False)
+        self.addCleanup(before_task_publish.disconnect, stalled)
+        failed = []
+        signals.run_failed.connect(
+            lambda sender, exception, **kw: failed.append(exception),
+            weak=False,
+            dispatch_uid="late",
+        )
+        self.addCleanup(signals.run_failed.disconnect, dispatch_uid="late")
+        enqueued = []
+        signals.run_enqueued.connect(
+            lambda sender, **kw: enqueued.append(sender), weak=False, dispatch_uid="late"
+        )
+        self.addCleanup(signals.run_enqueued.disconnect, dispatch_uid="late")
+        runner.run(entry(runner, definition), T0)
+        run = TaskRun.objects.get()
+        self.assertEqual(run.status, RunStatus.FAILED)
+        self.assertEqual(run.error_type, "django_scheduling.context.EnqueuedTooLate")
+        self.assertIn("after it expired at 2026-05-13T12:00:05+00:00", run.error_message)
+        self.assertTrue(run.result_id)  # it did reach the broker, as that message
+        self.assertEqual(enqueued, [])
+        self.assertIsInstance(failed[0], EnqueuedTooLate)
 
 
 class OutcomeDeadlineTests(TransactionTestCase):
@@ -520,3 +612,57 @@ class OutcomeDeadlineTests(TransactionTestCase):
             page, "celery as 3f1c0d3e-page: outcome unknown: the backend did not answer within 2 s"
         )
         self.assertLess(elapsed, OUTCOME_TIMEOUT + 2)
+
+
+class OutcomeWatchTests(TransactionTestCase):
+    """Enqueued runs are settled with what the engine reports of their worker's run."""
+
+    def enqueue(self, task, name, seconds):
+        definition = TaskRegistry().add(task, fixed_rate="1h", name=name, kwargs={"name": name})
+        runner = make_runner("a", T0 + timedelta(seconds=seconds))
+        runner.run(entry(runner, definition), T0 + timedelta(seconds=seconds))
+        return TaskRun.objects.get(task_name=name)
+
+    def watch(self):
+        return OutcomeWatch(using="default", instance="a", clock=lambda: T0 + timedelta(minutes=1))
+
+    @override_settings(TASKS={"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}})
+    def test_django_tasks_runs_become_succeeded_or_failed_once_a_worker_ran_them(self):
+        ok = self.enqueue(tasks_record, "watched_ok", 0)
+        failing = self.enqueue(tasks_fail, "watched_fail", 1)
+        watch = self.watch()
+        self.assertEqual(watch.settle(now=T0 + timedelta(minutes=1)), 0)  # not run yet
+        call_command("db_worker", "--batch", "--no-startup-delay", "--queue-name", "*", verbosity=0)
+        self.assertEqual(watch.settle(now=T0 + timedelta(minutes=1)), 2)
+        ok.refresh_from_db()
+        failing.refresh_from_db()
+        self.assertEqual((ok.status, ok.outcome), (RunStatus.SUCCEEDED, "successful"))
+        self.assertEqual((failing.status, failing.outcome), (RunStatus.FAILED, "failed"))
+        self.assertEqual(failing.error_message, "The worker reported the run FAILED.")
+        self.assertEqual(watch.settle(now=T0 + timedelta(minutes=1)), 0)  # settled once
+
+    @override_settings(TASKS={"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}})
+    def test_runs_older_than_the_watch_or_of_another_instance_are_left_alone(self):
+        run = self.enqueue(tasks_record, "watched_old", 0)
+        call_command("db_worker", "--batch", "--no-startup-delay", "--queue-name", "*", verbosity=0)
+        late = T0 + WATCH_FOR + timedelta(seconds=1)
+        self.assertEqual(self.watch().settle(now=late), 0)
+        other = OutcomeWatch(using="default", instance="b")
+        self.assertEqual(other.settle(now=T0), 0)
+        run.refresh_from_db()
+        self.assertEqual(run.status, RunStatus.ENQUEUED)
+
+    def test_celery_states_from_the_result_backend(self):
+        celery_app.conf.task_default_queue = f"test-watch-{os.getpid()}"
+        self.addCleanup(redis.Redis.from_url(REDIS_URL).delete, celery_app.conf.task_default_queue)
+        done = self.enqueue(celery_record, "watched_done", 0)
+        dropped = self.enqueue(celery_record, "watched_dropped", 1)
+        # What a worker writes: a success, and a message it dropped as expired.
+        celery_app.backend.store_result(done.result_id, None, "SUCCESS")
+        celery_app.backend.mark_as_revoked(dropped.result_id, reason="expired")
+        self.assertEqual(self.watch().settle(now=T0 + timedelta(minutes=1)), 2)
+        done.refresh_from_db()
+        dropped.refresh_from_db()
+        self.assertEqual((done.status, done.outcome), (RunStatus.SUCCEEDED, "success"))
+        self.assertEqual((dropped.status, dropped.outcome), (RunStatus.FAILED, "revoked"))
+        self.assertIn("it expired before a worker took it", dropped.error_message)

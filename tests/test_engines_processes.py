@@ -14,8 +14,10 @@ import itertools
 import json
 import os
 import socket
+import tempfile
 from collections import Counter
 from datetime import timedelta
+from pathlib import Path
 
 import django
 import pytest
@@ -24,9 +26,18 @@ from django.test import TransactionTestCase
 from django_tasks_db.models import DBTaskResult
 
 from django_scheduling import engines
+from django_scheduling.clock import utcnow
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
 
-from .processes import Process, celery_worker, db_worker, manage, poll, process_env
+from .processes import (
+    Process,
+    RedisServer,
+    celery_worker,
+    db_worker,
+    manage,
+    poll,
+    process_env,
+)
 from .testapp.models import Execution
 
 pytestmark = pytest.mark.processes
@@ -56,8 +67,12 @@ class EngineProcessTests(TransactionTestCase):
             process.wait_for("Scheduler running")
         return processes
 
-    def runs(self, task: str, status: RunStatus = RunStatus.ENQUEUED) -> list[TaskRun]:
-        return list(TaskRun.objects.filter(task_name=task, status=status).order_by("scheduled_at"))
+    def runs(self, task: str, *statuses: RunStatus) -> list[TaskRun]:
+        """Return the runs of *task* in *statuses*; by default those enqueued, whether or not
+        their scheduler has since learnt that the worker ran them (succeeded)."""
+        statuses = statuses or (RunStatus.ENQUEUED, RunStatus.SUCCEEDED)
+        runs = TaskRun.objects.filter(task_name=task, status__in=statuses)
+        return list(runs.order_by("scheduled_at"))
 
     def executions(self, task: str) -> list[Execution]:
         return list(Execution.objects.filter(task__startswith=f"{task} "))
@@ -66,7 +81,9 @@ class EngineProcessTests(TransactionTestCase):
         self, task: str, schedulers: list[Process], workers: list[Process]
     ) -> None:
         runs = TaskRun.objects.filter(task_name=task).order_by("scheduled_at")
-        self.assertEqual({run.status for run in runs}, {RunStatus.ENQUEUED})
+        self.assertLessEqual(
+            {run.status for run in runs}, {RunStatus.ENQUEUED, RunStatus.SUCCEEDED}
+        )
         times = [run.scheduled_at for run in runs]
         steps = {later - earlier for earlier, later in itertools.pairwise(times)}
         self.assertEqual(steps, {SECOND}, f"fire times missed or enqueued twice: {times}")
@@ -218,3 +235,106 @@ class EngineProcessTests(TransactionTestCase):
             1,
         )
         redis.Redis.from_url(os.environ.get("TEST_REDIS_URL", REDIS_DEFAULT)).delete(queue)
+
+
+class BrokerOutageTests(TransactionTestCase):
+    """Redis stopped and started again under three schedulers and two Celery workers (a Redis
+    server of the test's own, which keeps its queue across the stop)."""
+
+    def setUp(self) -> None:
+        directory = tempfile.TemporaryDirectory(prefix="scheduling-redis-")
+        self.addCleanup(directory.cleanup)
+        self.redis = RedisServer(Path(directory.name))
+        self.redis.start()
+        self.addCleanup(self.redis.kill)
+
+    @only_full
+    @pytest.mark.vendor("postgresql")
+    def test_every_fire_time_runs_once_on_a_worker_or_fails_with_its_reason(self):
+        task = "celery_outage"
+        queue = f"test-outage-{os.getpid()}"
+        env = engine_env(
+            "celery_outage",
+            {"HEARTBEAT_INTERVAL": "1s"},
+            TEST_REDIS_URL=self.redis.url,
+            TEST_CELERY_QUEUE=queue,
+        )
+        workers = [celery_worker(f"o{index}", queue, env) for index in (1, 2)]
+        for worker in workers:
+            self.addCleanup(worker.kill)
+        schedulers = self.start_schedulers(env)
+        poll(lambda: len(self.executions(task)) >= 3, timeout=30, message="nothing ran")
+
+        self.redis.stop()
+        poll(
+            lambda: TaskRun.objects.filter(task_name=task, status=RunStatus.FAILED).count() >= 3,
+            timeout=30,
+            message="the enqueues during the outage were not recorded failed",
+        )
+        self.redis.start()
+        restarted = utcnow()
+        poll(
+            lambda: (
+                Execution.objects.filter(task__startswith=task, started__gt=restarted).count() >= 3
+            ),
+            timeout=60,
+            message="no firing ran on a worker after the broker came back",
+        )
+        # Every run up to now must be settled: run by a worker, or failed with its reason
+        # (a message that expired in the queue meanwhile is settled failed by its scheduler).
+        cutoff = utcnow()
+        poll(
+            lambda: not self.unsettled(task, before=cutoff),
+            timeout=60,
+            message=f"runs neither run by a worker nor failed: {self.unsettled(task, cutoff)}",
+        )
+        for scheduler in schedulers:
+            self.assertEqual(scheduler.stop(), 0, scheduler.output)
+        for worker in workers:
+            worker.stop()
+
+        runs = list(
+            TaskRun.objects.filter(task_name=task, started_at__lt=cutoff).order_by("scheduled_at")
+        )
+        ran = Counter(execution.task.split(" ", 1)[1] for execution in self.executions(task))
+        fire_times = Counter(run.scheduled_at for run in runs)
+        self.assertEqual(max(fire_times.values()), 1, "a fire time was enqueued twice")
+        for run in runs:
+            if run.status in (RunStatus.ENQUEUED, RunStatus.SUCCEEDED):
+                # Counted a success: it reached a worker, once.
+                self.assertEqual(ran[run.result_id], 1, f"run {run.pk} ({run.status})")
+            else:
+                self.assertEqual(run.status, RunStatus.FAILED, run.pk)
+                self.assertTrue(run.error_message, f"run {run.pk} failed without a reason")
+                self.assertEqual(ran[run.result_id] if run.result_id else 0, 0, run.pk)
+        # None lost: every fire time of the grid has its run, or is counted on the run after it.
+        for earlier, later in itertools.pairwise(runs):
+            gap = round((later.scheduled_at - earlier.scheduled_at) / SECOND)
+            self.assertEqual(gap, later.missed_count + 1, f"fire times lost before run {later.pk}")
+        failed = [run for run in runs if run.status == RunStatus.FAILED]
+        self.assertTrue(
+            any("Connection refused" in run.error_message + run.traceback for run in failed),
+            [run.error_message for run in failed],
+        )
+
+    def start_schedulers(self, env: dict[str, str]) -> list[Process]:
+        processes = [manage("runscheduler", env=env) for _ in range(3)]
+        for process in processes:
+            self.addCleanup(process.kill)
+        for process in processes:
+            process.wait_for("Scheduler running")
+        return processes
+
+    def executions(self, task: str) -> list[Execution]:
+        return list(Execution.objects.filter(task__startswith=f"{task} "))
+
+    def unsettled(self, task: str, before) -> list[int]:
+        """Return the runs started before *before* that count as enqueued but that no worker
+        has run (yet)."""
+        ran = {execution.task.split(" ", 1)[1] for execution in self.executions(task)}
+        runs = TaskRun.objects.filter(
+            task_name=task,
+            started_at__lt=before,
+            status__in=[RunStatus.ENQUEUED, RunStatus.SUCCEEDED, RunStatus.RUNNING],
+        )
+        return [run.pk for run in runs if run.result_id not in ran]

@@ -4,6 +4,8 @@ report that ``scheduling_status --json`` shares with the endpoint."""
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 
@@ -26,7 +28,8 @@ from django_scheduling.health import (
 from django_scheduling.models import ScheduledTask, SchedulerInstance
 from django_scheduling.service import LIVE_MINIMUM, SchedulerService
 
-from .processes import manage, poll, process_env
+from .processes import Process, manage, poll, process_env
+from .test_autostart import free_port
 
 NOW = datetime(2026, 5, 13, 12, 0, tzinfo=UTC)
 URL = "/scheduling/health/"
@@ -239,13 +242,30 @@ class SettingsTests(TestCase):
         )
 
 
-@pytest.mark.processes
-class SchedulerStoppedTests(TransactionTestCase):
-    """A real ``runscheduler`` checks in and keeps its task on time; once it is stopped, the
-    instance goes stale and the task becomes overdue: 200, then 503."""
+def http_get(url: str) -> tuple[int, dict] | None:
+    """Return the status and JSON body of GET *url*, or ``None`` while nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+    except OSError:
+        return None
 
-    @override_settings(SCHEDULING={"OVERDUE_AFTER": "1s", "HEARTBEAT_INTERVAL": "1s"})
-    def test_200_then_503_once_the_scheduler_is_stopped(self):
+
+TOKEN = {"authorization": "Bearer t0ken"}
+
+
+@pytest.mark.processes
+@override_settings(
+    SCHEDULING={"OVERDUE_AFTER": "1s", "HEARTBEAT_INTERVAL": "1s", "HEALTH_TOKEN": "t0ken"}
+)
+class ProbeProcessTests(TransactionTestCase):
+    """A real ``runscheduler`` with its liveness probe (``--health-port``), through a clean stop
+    and a kill -9, and the health report of every instance."""
+
+    def start(self) -> tuple[Process, str]:
+        port = free_port()
         env = process_env(
             TESTAPP_TASKS="",
             TESTAPP_OBSERVABILITY="1",
@@ -257,33 +277,57 @@ class SchedulerStoppedTests(TransactionTestCase):
                 }
             ),
         )
-        proc = manage("runscheduler", env=env)
+        proc = manage("runscheduler", "--health-port", str(port), env=env)
         self.addCleanup(proc.kill)
         proc.wait_for("Scheduler running", timeout=30)
+        live = f"http://127.0.0.1:{port}/live"
+        answer = poll(lambda: http_get(live), timeout=15, message="the probe did not answer")
+        self.assertEqual(answer, (200, {"alive": True, "scheduler": "running"}))
+        self.assertEqual(http_get(f"http://127.0.0.1:{port}/other")[0], 404)
+        return proc, live
 
-        def healthy() -> dict | None:
-            response = self.client.get(URL)
-            body = response.json()
-            alive = [i for i in body.get("instances", []) if i["alive"]]
-            return body if response.status_code == 200 and alive else None
+    def full(self) -> tuple[int, dict]:
+        response = self.client.get(URL, headers=TOKEN)
+        return response.status_code, response.json()
 
-        body = poll(healthy, timeout=15, message="the scheduler did not check in")
-        self.assertEqual(body["instances"][0]["pid"], proc.popen.pid)
+    def checked_in(self, proc: Process) -> dict:
+        def alive() -> dict | None:
+            status, body = self.full()
+            mine = [i for i in body.get("instances", []) if i["pid"] == proc.popen.pid]
+            return body if status == 200 and mine and mine[0]["alive"] else None
+
+        return poll(alive, timeout=15, message="the scheduler did not check in")
+
+    def test_a_clean_stop_leaves_the_report_at_once_and_the_probe_goes(self):
+        proc, live = self.start()
+        body = self.checked_in(proc)
         self.assertFalse(body["scheduler_missing"])
         self.assertEqual(proc.stop(30), 0, proc.output)
-
-        def failing() -> dict | None:
-            response = self.client.get(URL)
-            return response.json() if response.status_code == 503 else None
-
-        body = poll(failing, timeout=15, message="no task became overdue")
-        self.assertIn("observed_ok", [t["name"] for t in body["overdue"]])
+        # Deregistered on the way out: no waiting for its heartbeat to go stale.
+        _, body = self.full()
+        self.assertEqual(body["instances"], [])
+        self.assertTrue(body["scheduler_missing"])
+        self.assertIsNone(http_get(live))
         body = poll(
-            lambda: (b := self.client.get(URL).json())["scheduler_missing"] and b,
-            timeout=10,
-            message="the stopped instance still counts as alive",
+            lambda: (answer := self.full())[0] == 503 and answer[1],
+            timeout=15,
+            message="no task became overdue",
         )
-        self.assertFalse(body["instances"][0]["alive"])
+        self.assertIn("observed_ok", [t["name"] for t in body["overdue"]])
+
+    def test_a_killed_scheduler_is_listed_dead_and_its_probe_fails(self):
+        proc, live = self.start()
+        self.checked_in(proc)
+        proc.kill()  # SIGKILL: no chance to deregister
+        self.assertIsNone(http_get(live))
+
+        def dead() -> dict | None:
+            _, body = self.full()
+            mine = [i for i in body["instances"] if i["pid"] == proc.popen.pid]
+            return body if mine and not mine[0]["alive"] else None
+
+        body = poll(dead, timeout=15, message="the killed instance still counts as alive")
+        self.assertTrue(body["scheduler_missing"])
 
 
 class LivenessTests(TransactionTestCase):

@@ -2,7 +2,9 @@
 
 - ``invalid``: one valid task and one whose cron expression is wrong;
 - ``listing``: a one-shot task, and two fixed-rate tasks that the tests pause or give a stored
-  next fire time.
+  next fire time;
+- ``misused``: one valid task and three declarations that misuse ``@scheduled``: ``timezone=``
+  for ``zone=``, a bare ``@scheduled``, and ``cron=5``.
 """
 
 import os
@@ -37,3 +39,21 @@ elif TASKS == "listing":
     @scheduled(fixed_rate="1h", name="config.paused")
     def paused():
         record("config.paused")
+
+elif TASKS == "misused":
+
+    @scheduled(fixed_rate="1s", name="config.valid")
+    def valid():
+        record("config.valid")
+
+    @scheduled(cron="0 0 3 * * *", timezone="Europe/Berlin", name="config.typo")
+    def typo():
+        record("config.typo")
+
+    @scheduled
+    def bare():
+        record("config.bare")
+
+    @scheduled(cron=5, name="config.number")
+    def number():
+        record("config.number")

@@ -33,6 +33,12 @@ def tasks_record(context, name: str) -> None:
     record(name, str(context.task_result.id))
 
 
+@task
+def tasks_fail(name: str) -> None:
+    """Fail, on a django.tasks worker."""
+    raise RuntimeError(f"{name} failed on the worker")
+
+
 @task(backend="immediate", takes_context=True)
 def immediate_record(context, name: str) -> None:
     record(name, str(context.task_result.id))
@@ -73,3 +79,9 @@ if app is not None:
             kwargs={"name": "celery_every_1s"},
             expires="1m",
         )(celery_record)
+
+    if "celery_outage" in ENGINES:
+        # The default expiry: the next fire time, a second later.
+        scheduled(fixed_rate="1s", name="celery_outage", kwargs={"name": "celery_outage"})(
+            celery_record
+        )
