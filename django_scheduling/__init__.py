@@ -11,7 +11,13 @@ Declare a task with ``@scheduled`` in an app's ``tasks.py``::
 
 from __future__ import annotations
 
-from .context import cancel_requested, current_fire_time, shutdown_requested
+from .context import (
+    EnqueuedTooLate,
+    RunTimedOut,
+    cancel_requested,
+    current_fire_time,
+    shutdown_requested,
+)
 from .registry import scheduled
 from .triggers import MissedRuns
 
@@ -21,4 +27,6 @@ __all__ = [
     "cancel_requested",
     "shutdown_requested",
     "current_fire_time",
+    "RunTimedOut",
+    "EnqueuedTooLate",
 ]

@@ -28,14 +28,17 @@ from .admin_views import (
     admin_settings,
     badge,
     breakable,
+    format_instance,
     format_moment,
     format_run_duration,
     format_run_error,
     format_time,
+    format_yes_no,
 )
 from .models import RunStatus, ScheduledTask, TaskLock, TaskRun, TriggerKind
 from .monitoring import OverdueReason, StateAnnotations, TaskState, annotate_state
 from .trends_admin import TrendsMixin
+from .triggers import MISSED_COUNT_LIMIT
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise, WithAnnotations
@@ -145,6 +148,7 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
     search_fields = ["name"]
     actions = ["pause_tasks", "resume_tasks", "run_tasks"]
     readonly_fields = [
+        "paused_text",
         "state_badge",
         "trigger_text",
         "next_fire",
@@ -165,7 +169,7 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
                 "fields": [
                     ("next_fire", "last_fire"),
                     ("last_run_summary", "lock"),
-                    ("paused", "run_requested"),
+                    ("paused_text", "run_requested"),
                 ]
             },
         ),
@@ -279,11 +283,14 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
             '<span class="ds-nowrap">{}</span> <span class="ds-nowrap">{}</span>', date, time
         )
         return format_html(
-            '<span class="ds-one-line" title="{}">{}</span><span class="ds-relative">{}</span>',
-            task.lock_holder,
-            task.lock_holder,
+            '{}<span class="ds-relative">{}</span>',
+            format_instance(task.lock_holder),
             format_html(str(_("until {}")), until),
         )
+
+    @admin.display(description=_("paused"))
+    def paused_text(self, task: ScheduledTask) -> str:
+        return format_yes_no(task.paused)
 
 
 class TaskNameFilter(admin.SimpleListFilter):
@@ -318,8 +325,11 @@ class TaskRunAdmin(ReadOnlyAdmin):
         "started",
         "finished",
         "duration_text",
-        "instance",
-        "lock_lost",
+        "attempt",
+        "timeout_at_text",
+        "missed_text",
+        "instance_text",
+        "lock_lost_text",
         "recovery",
         "enqueued_on",
         "error_type",
@@ -330,6 +340,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
     scheduled = time_column("scheduled_at", _("scheduled for"))
     started = time_column("started_at", _("started at"))
     finished = time_column("finished_at", _("finished at"))
+    timeout_at_text = time_column("timeout_at", _("times out at"))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[TaskRun]:
         task = ScheduledTask.objects.filter(name=OuterRef("task_name"))
@@ -350,19 +361,47 @@ class TaskRunAdmin(ReadOnlyAdmin):
     @admin.display(description=_("started at"), ordering="started_at")
     def started_on(self, run: TaskRun) -> str:
         return format_html(
-            '{}<span class="ds-relative ds-one-line" title="{}">{}</span>',
+            '{}<span class="ds-relative">{}</span>',
             format_time(run.started_at),
-            run.instance,
-            _("on %(instance)s") % {"instance": run.instance},
+            format_instance(run.instance, prefix=str(_("on "))),
         )
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, run: TaskRun) -> str:
         status = badge(run.status, run.get_status_display())
+        if run.status == RunStatus.RUNNING and run.timeout_at and run.timeout_at < timezone.now():
+            # Still running, past its timeout: the scheduler cannot stop it.
+            status = format_html("{} {}", status, badge("timed_out", _("timed out")))
+        if run.attempt > 1:
+            status = format_html(
+                '{}<span class="ds-relative">{}</span>',
+                status,
+                _("attempt %(attempt)d") % {"attempt": run.attempt},
+            )
         if not run.lock_lost:
             return status
         # Another instance may have run the task at the same time: say so where it shows.
         return format_html("{} {}", status, badge("failed", _("lock lost")))
+
+    @admin.display(description=_("lock lost"))
+    def lock_lost_text(self, run: TaskRun) -> str:
+        return format_yes_no(run.lock_lost, alarm=str(_("lock lost")))
+
+    @admin.display(description=_("instance"))
+    def instance_text(self, run: TaskRun) -> str:
+        return format_instance(run.instance)
+
+    @admin.display(description=_("fire times missed before it"))
+    def missed_text(self, run: TaskRun) -> str:
+        if not run.missed_count:
+            return "0"
+        more = "+" if run.missed_count >= MISSED_COUNT_LIMIT else ""
+        return format_html(
+            "{}{} {}",
+            run.missed_count,
+            more,
+            _("(coalesced into this run, or skipped, by its missed= policy)"),
+        )
 
     @admin.display(description=_("enqueued on"))
     def enqueued_on(self, run: TaskRun) -> str:

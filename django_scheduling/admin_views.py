@@ -27,6 +27,7 @@ from django.utils.decorators import method_decorator
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
+from django.utils.timesince import timesince
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_POST
@@ -37,6 +38,7 @@ from .durations import format_duration
 from .formats import format_time
 from .models import ScheduledTask, TaskRun
 from .monitoring import OverdueReason, TaskState, overdue_tasks
+from .process import INSTANCE_NAME
 
 if TYPE_CHECKING:
     # The mixin is used only on a ModelAdmin of ScheduledTask, whose methods it calls.
@@ -52,7 +54,10 @@ __all__ = [
     "badge",
     "breakable",
     "configuration_errors",
+    "format_instance",
     "format_moment",
+    "format_yes_no",
+    "naturaltime_ago",
     "format_run_error",
     "format_time",
     "format_run_duration",
@@ -125,19 +130,65 @@ ERROR_TITLE_CHARS = 1000
 
 
 def format_run_error(run: TaskRun) -> SafeString:
-    """Return a run's error on one line (CSS cuts it): the exception's class name and the
-    message, with the whole text, class path included, as its tooltip."""
+    """Return a run's error on one line (CSS cuts it): the message, then the exception's class
+    name, so that a narrow column shows what went wrong before what raised it; the whole text,
+    class path included, is its tooltip."""
     if not (run.error_type or run.error_message):
         return mark_safe("")
     text = f"{run.error_type}: {run.error_message}" if run.error_type else run.error_message
-    summary = Truncator(run.error_message).chars(200)
-    if run.error_type:
-        summary = format_html("<b>{}</b>: {}", run.error_type.rpartition(".")[2], summary)
+    message = Truncator(run.error_message).chars(200) if run.error_message else ""
+    kind = run.error_type.rpartition(".")[2] if run.error_type else ""
+    if message and kind:
+        summary = format_html(
+            '<span class="ds-error-message">{}</span> <span class="ds-error-type">({})</span>',
+            message,
+            kind,
+        )
+    else:
+        summary = format_html('<span class="ds-error-message">{}</span>', message or kind)
     return format_html(
         '<span class="ds-error ds-one-line" title="{}">{}</span>',
         Truncator(text).chars(ERROR_TITLE_CHARS),
         summary,
     )
+
+
+def format_instance(name: str, prefix: str = "") -> SafeString:
+    """Return an instance name (``host@ns:pid:start`` by default) so that its pid always shows:
+    the host is cut with an ellipsis when the column is narrow, ``:pid`` never is; the whole
+    name is the tooltip. A custom ``INSTANCE_NAME`` is shown as it is, cut at the end.
+
+    *prefix* goes before the host ("on ").
+    """
+    match = INSTANCE_NAME.match(name)
+    if match is None:
+        host, pid = name, ""
+    else:
+        host, pid = match["host"].split("@", 1)[0], f":{match['pid']}"
+    return format_html(
+        '<span class="ds-instance" title="{}"><span class="ds-host">{}{}</span>'
+        '<span class="ds-pid">{}</span></span>',
+        name,
+        prefix,
+        host,
+        pid,
+    )
+
+
+def format_yes_no(value: bool, *, alarm: str = "") -> SafeString:
+    """Return a yes/no field of the admin's pages as words, not Django's red and green icons:
+    "No" is no alarm. With *alarm*, "Yes" is a red badge saying it."""
+    if value and alarm:
+        return badge("failed", alarm)
+    return format_html("{}", _("Yes") if value else _("No"))
+
+
+def naturaltime_ago(moment: datetime) -> str:
+    """Return how long ago *moment* was, in the largest unit ("3 hours"), or "just now" under
+    a minute (never "0 minutes")."""
+    if timezone.now() - moment < timedelta(minutes=1):
+        return _("just now")
+    return _("%(ago)s ago") % {"ago": timesince(moment, depth=1)}
 
 
 def format_moment(moment: datetime | None) -> str:

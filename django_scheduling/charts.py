@@ -215,7 +215,7 @@ def timeline_strip(timeline: Timeline, *, step: timedelta = BIN) -> SafeString:
         minutes=local.minute % (step // timedelta(minutes=1))
     )
     origin = origin.astimezone(UTC)  # steps of real time, across a change of the clocks
-    bins = max(math.ceil((timeline.end - origin) / step), 1)
+    bins = max(math.ceil((timeline.shown_until - origin) / step), 1)
     counts = [0] * bins
     instants: list[dict[object, int]] = [{} for _ in range(bins)]
     for firing in timeline.firings:
@@ -252,11 +252,13 @@ def timeline_strip(timeline: Timeline, *, step: timedelta = BIN) -> SafeString:
                 title,
             )
         )
-    # A label every three hours of the clock, at the bar that starts then.
+    # A label every three hours of the clock (every hour over a shorter span, every bar over
+    # less than three hours), at the bar that starts then.
+    every = 180 if bins > 72 else 60 if bins > 18 else step // timedelta(minutes=1)
     labels = []
     for index in range(bins):
         moment = timezone.localtime(origin + index * step)
-        if moment.minute == 0 and moment.hour % 3 == 0:
+        if (moment.hour * 60 + moment.minute) % every == 0:
             labels.append((f"{left + index * slot:.1f}", height - 6, _clock(moment)))
     return format_html(
         '<svg xmlns="http://www.w3.org/2000/svg" class="ds-chart" id="ds-timeline-strip" '

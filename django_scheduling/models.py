@@ -106,9 +106,12 @@ class RunStatus(models.TextChoices):
     RUNNING = "running", _("running")
     SUCCEEDED = "succeeded", _("succeeded")
     FAILED = "failed", _("failed")
-    INTERRUPTED = "interrupted", _("interrupted by shutdown")
-    REJECTED = "rejected", _("rejected by the pool")
-    LOST = "lost", _("lost (ended without a finish)")
+    #: Still running when a shutdown timed out.
+    INTERRUPTED = "interrupted", _("interrupted")
+    #: Not run: the pool's bounded queue was full.
+    REJECTED = "rejected", _("rejected")
+    #: Ended without a finish: its process died, froze or lost the database.
+    LOST = "lost", _("lost")
     #: Handed to a task engine (django.tasks, Celery), whose workers run it.
     ENQUEUED = "enqueued", _("enqueued")
     #: Ran past its ``timeout=`` (whether it then succeeded or failed).

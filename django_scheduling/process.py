@@ -15,9 +15,10 @@ import socket
 import time
 from functools import cache
 
-__all__ = ["identity", "is_dead_local", "hostname"]
+__all__ = ["INSTANCE_NAME", "identity", "is_dead_local", "hostname"]
 
-_IDENTITY = re.compile(r"^(?P<host>.+):(?P<pid>\d+):(?P<start>\d+)$")
+#: The default instance name, ``host:pid:start``.
+INSTANCE_NAME = re.compile(r"^(?P<host>.+):(?P<pid>\d+):(?P<start>\d+)$")
 
 
 def hostname() -> str:
@@ -74,7 +75,7 @@ def is_dead_local(owner: str) -> bool:
     Only names in the default ``host:pid:start`` form can be told; any other name (a custom
     ``INSTANCE_NAME``) is never called dead.
     """
-    match = _IDENTITY.match(owner)
+    match = INSTANCE_NAME.match(owner)
     if match is None or match["host"] != hostname():
         return False
     pid = int(match["pid"])

@@ -35,10 +35,11 @@ __all__ = [
 
 #: How far ahead the timeline looks.
 HORIZON = timedelta(hours=24)
-#: The firings shown of one task: a task firing every second would otherwise fill the page.
-MAX_FIRINGS_PER_TASK = 200
+#: The firings shown of one task: one a minute for a day. A task that fires more often would
+#: otherwise fill the page: the timeline then ends where its firings stop.
+MAX_FIRINGS_PER_TASK = 1_440
 #: The firings shown in all: the timeline stops at the time this many are reached.
-MAX_FIRINGS = 20_000
+MAX_FIRINGS = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +72,18 @@ class Timeline:
     capped: dict[str, datetime] = field(default_factory=dict)
     #: Tasks shown at their stored next fire time only: their trigger is not known here.
     unknown: list[str] = field(default_factory=list)
-    #: The firings are complete up to here: ``end``, or earlier when ``MAX_FIRINGS`` was hit.
+    #: The firings are complete up to here: ``end``, or earlier when ``MAX_FIRINGS`` was
+    #: reached, or a task's firings were cut at ``MAX_FIRINGS_PER_TASK``.
     complete_until: datetime | None = None
 
     @property
     def tasks(self) -> int:
         return len({firing.name for firing in self.firings})
+
+    @property
+    def shown_until(self) -> datetime:
+        """The end of what the timeline shows: where it is complete (what its title says)."""
+        return self.complete_until or self.end
 
 
 def plan_firings(
@@ -90,7 +97,9 @@ def plan_firings(
     """Return the firings of *plans* from *now* until *now* + *horizon*.
 
     A firing already due is shown at *now*. The firings are merged in time order, so that
-    when *total* is reached the timeline is complete up to that time.
+    when *total* is reached the timeline is complete up to that time; a task cut at *per_task*
+    firings makes it complete up to its last one. The firings after that are left out: the
+    timeline shows what it shows in full.
     """
     end = now + horizon
     # (dispatch time, name, fire time, plan, firings so far): a heap, earliest first.
@@ -128,7 +137,9 @@ def plan_firings(
             continue
         plan = replace(plan, state=after)
         heapq.heappush(heap, (next_at, name, following, count + 1, plan))
-    complete_until = heap[0][0] if heap else end
+    complete_until = min([heap[0][0] if heap else end, *capped.values()])
+    if complete_until < end:
+        firings = [firing for firing in firings if firing.at <= complete_until]
     return Timeline(now, end, firings, capped, sorted(unknown), complete_until)
 
 

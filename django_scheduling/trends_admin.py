@@ -9,8 +9,10 @@ query and computes their firings from their triggers.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import django
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -18,13 +20,13 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.utils.html import format_html
-from django.utils.timesince import timesince
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET
 
 from . import charts, timeline, trends
 from . import registry as registry_module
-from .admin_views import admin_settings
+from .admin_views import admin_settings, naturaltime_ago
 from .formats import format_time
 from .models import ScheduledTask
 
@@ -80,7 +82,7 @@ class TrendsMixin(_TaskAdminBase):
             success = format_html(
                 '<span class="ds-relative ds-last-success" title="{}">{}</span>',
                 _("last success: %(time)s") % {"time": format_time(last_success)},
-                _("✓ %(ago)s ago") % {"ago": timesince(last_success, depth=1)},
+                _("✓ %(ago)s") % {"ago": naturaltime_ago(last_success)},
             )
         return format_html('<span class="ds-trend">{}{}</span>', line, success)
 
@@ -117,7 +119,8 @@ class TrendsMixin(_TaskAdminBase):
 
     @method_decorator(require_GET)
     def timeline_view(self, request: HttpRequest) -> TemplateResponse:
-        """Show the firings of the next 24 hours across all tasks."""
+        """Show the firings of the next 24 hours across all tasks, or of the hours before
+        ``timeline.MAX_FIRINGS`` of them: the title says the span shown."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         conf = admin_settings()
@@ -127,7 +130,8 @@ class TrendsMixin(_TaskAdminBase):
         minutes, busy_minutes = timeline.busiest_minutes(planned.firings, limit=TIMELINE_MINUTES)
         context = {
             **self.admin_site.each_context(request),
-            "title": _("Timeline of the next 24 hours"),
+            "title": _("Timeline of the next %(span)s")
+            % {"span": format_span(planned.shown_until - now)},
             "opts": self.opts,
             "timeline": planned,
             "strip": charts.timeline_strip(planned),
@@ -143,8 +147,23 @@ class TrendsMixin(_TaskAdminBase):
             "max_per_task": timeline.MAX_FIRINGS_PER_TASK,
             "max_firings": timeline.MAX_FIRINGS,
             "timeline_minutes": TIMELINE_MINUTES,
+            "breadcrumbs_as_list": django.VERSION >= (6, 1),
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(
             request, "admin/django_scheduling/scheduledtask/timeline.html", context
         )
+
+
+def format_span(span: timedelta) -> str:
+    """Return *span* in hours and whole minutes: "24 hours", "5 hours 40 minutes", "1 minute"."""
+    minutes = max(int(span.total_seconds() // 60), 1)
+    hours, minutes = divmod(minutes, 60)
+    parts = []
+    if hours:
+        parts.append(ngettext("%(count)d hour", "%(count)d hours", hours) % {"count": hours})
+    if minutes:
+        parts.append(
+            ngettext("%(count)d minute", "%(count)d minutes", minutes) % {"count": minutes}
+        )
+    return " ".join(parts)

@@ -136,7 +136,7 @@ class AdminBrowserTests(BrowserTestCase):
             [text(run.find_element(By.CSS_SELECTOR, ".ds-badge")) for run in runs],
             ["failed", "succeeded", "succeeded"],
         )
-        self.assertIn(f"ValueError: No data for {SCRIPT}", runs[0].text)
+        self.assertIn(f"No data for {SCRIPT} (ValueError)", runs[0].text)
         self.screenshot("task-detail")
 
         self.click_and_wait(runs[0].find_element(By.TAG_NAME, "a"))
@@ -399,3 +399,205 @@ class AdminLayoutTests(BrowserTestCase):
                 for css in key_columns:
                     for cell in self.browser.find_elements(By.CSS_SELECTOR, f"#result_list {css}"):
                         self.assert_on_screen(cell)
+
+
+#: A scheduler's default instance name, as on a cloud host: long, with its pid namespace.
+INSTANCE = "ip-10-0-12-34.eu-central-1.compute.internal@4026531836:48213:1795000000"
+FAILING = "billing.tasks.charge_customer_subscriptions"
+HUNG = "imports.tasks.synchronise_product_catalogue"
+NIGHTLY = "reports.tasks.build_nightly_revenue_summary"
+
+
+@pytest.mark.browser
+class AttentionBrowserTests(BrowserTestCase):
+    """What needs someone's attention shows at a laptop's width (1,280 px): a hung run, a task
+    that keeps failing, a run past its timeout, lost runs; and the pid of an instance."""
+
+    def setUp(self):
+        super().setUp()
+        User.objects.create_superuser("admin", "admin@example.com", PASSWORD)
+        self.browser.set_window_size(LAPTOP, 900)
+        self.addCleanup(self.browser.set_window_size, *WINDOW_SIZE)
+        now = self.now = timezone.now()
+        for name, trigger, minutes in (
+            (FAILING, "cron 0 */10 * * * * UTC", 5),
+            (HUNG, "every 5m", -10),
+            (NIGHTLY, "cron 0 0 2 * * * Europe/Berlin", 300),
+        ):
+            ScheduledTask.objects.create(
+                name=name,
+                kind="cron" if trigger.startswith("cron") else "fixed_rate",
+                trigger=trigger,
+                next_fire_time=now + timedelta(minutes=minutes),
+                last_fire_time=now - timedelta(minutes=20),
+            )
+        for minutes, status in (
+            (90, RunStatus.SUCCEEDED),
+            (80, RunStatus.LOST),
+            (70, RunStatus.FAILED),
+            (60, RunStatus.TIMED_OUT),
+        ):
+            self.failing_run = self.add_run(FAILING, now - timedelta(minutes=minutes), status)
+        ScheduledTask.objects.filter(pk=FAILING).update(last_run=self.failing_run)
+        self.hung_run = self.add_run(HUNG, now - timedelta(minutes=20), RunStatus.RUNNING)
+        ScheduledTask.objects.filter(pk=HUNG).update(last_run=self.hung_run)
+        TaskLock.objects.create(
+            name=HUNG, locked_by=INSTANCE, locked_at=now, lock_until=now + timedelta(minutes=5)
+        )
+        ok = self.add_run(NIGHTLY, now - timedelta(seconds=12), RunStatus.SUCCEEDED)
+        ScheduledTask.objects.filter(pk=NIGHTLY).update(last_run=ok)
+        self.log_in("admin", PASSWORD)
+
+    def add_run(self, name, started_at, status) -> TaskRun:
+        ended = status not in (RunStatus.RUNNING, RunStatus.LOST)
+        failed = status in (RunStatus.FAILED, RunStatus.TIMED_OUT)
+        return TaskRun.objects.create(
+            task_name=name,
+            scheduled_at=started_at,
+            started_at=started_at,
+            finished_at=started_at + timedelta(seconds=40) if ended else None,
+            duration=timedelta(seconds=40) if ended else None,
+            status=status,
+            instance=INSTANCE,
+            timeout_at=started_at + timedelta(seconds=30) if status != RunStatus.RUNNING else None,
+            missed_count=2 if status == RunStatus.SUCCEEDED else 0,
+            error_type="stripe.error.APIConnectionError" if failed else "",
+            error_message="Stripe answered 503 Service Unavailable after 3 attempts"
+            if failed
+            else "",
+        )
+
+    def row(self, name: str) -> WebElement:
+        link = self.wait_for(f'#result_list a[href="{task_url(name)}"]')
+        return link.find_element(By.XPATH, "./ancestor::tr")
+
+    def assert_no_sideways_scroll(self) -> None:
+        page, window, table, results = self.browser.execute_script(
+            """
+            const root = document.documentElement;
+            const results = document.querySelector("#changelist .results");
+            return [root.scrollWidth, root.clientWidth, results.scrollWidth, results.clientWidth];
+            """
+        )
+        self.assertLessEqual(page, window, "the page scrolls sideways")
+        self.assertLessEqual(table, results, "the list scrolls sideways")
+
+    def assert_fully_shown(self, element: WebElement) -> None:
+        """*element* shows whole: not cut by its column, and within the window."""
+        shown, clipped = self.browser.execute_script(
+            """
+            const element = arguments[0];
+            element.scrollIntoView({block: "center"});
+            const box = element.getBoundingClientRect();
+            let clipped = false;
+            for (let parent = element.parentElement; parent; parent = parent.parentElement) {
+                const frame = parent.getBoundingClientRect();
+                const style = getComputedStyle(parent);
+                if (style.overflowX !== "visible"
+                    && (box.left < frame.left - 0.5 || box.right > frame.right + 0.5)) {
+                    clipped = true;
+                }
+            }
+            const inside = box.left >= 0 && box.right <= document.documentElement.clientWidth;
+            return [inside && box.width > 0, clipped];
+            """,
+            element,
+        )
+        self.assertTrue(shown, f"off screen: {text(element)!r}")
+        self.assertFalse(clipped, f"cut off: {text(element)!r}")
+
+    def test_the_task_list_says_what_needs_attention(self):
+        self.open(TASKS_URL)
+        self.wait_for("#result_list")
+        self.screenshot(f"attention-task-list-{LAPTOP}")
+        self.assert_no_sideways_scroll()
+        hung = self.row(HUNG)
+        self.assertEqual(text(hung.find_element(By.CSS_SELECTOR, ".ds-badge")), "overdue")
+        self.assertIn("a run hangs", hung.text)
+        failing = self.row(FAILING)
+        self.assertEqual(text(failing.find_element(By.CSS_SELECTOR, ".ds-badge")), "failing")
+        nightly = self.row(NIGHTLY)
+        self.assertEqual(
+            text(nightly.find_element(By.CSS_SELECTOR, ".ds-last-success")), "✓ just now"
+        )
+        # The lock holder's pid shows whole, whatever the length of its host name.
+        pid = hung.find_element(By.CSS_SELECTOR, ".field-lock .ds-pid")
+        self.assertEqual(text(pid), ":48213")
+        self.assert_fully_shown(pid)
+        instance = hung.find_element(By.CSS_SELECTOR, ".field-lock .ds-instance")
+        self.assertEqual(instance.get_attribute("title"), INSTANCE)
+
+    def test_the_run_list_shows_the_pid_and_the_error_message(self):
+        self.open(RUNS_URL)
+        self.wait_for("#result_list")
+        self.screenshot(f"attention-run-list-{LAPTOP}")
+        self.assert_no_sideways_scroll()
+        rows = self.browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
+        for row in rows:
+            pid = row.find_element(By.CSS_SELECTOR, ".field-started_on .ds-pid")
+            self.assertEqual(text(pid), ":48213")
+            self.assert_fully_shown(pid)
+        [failed] = [row for row in rows if row.find_elements(By.CSS_SELECTOR, ".ds-badge--failed")]
+        message = failed.find_element(By.CSS_SELECTOR, ".ds-error-message")
+        self.assertEqual(text(message), "Stripe answered 503 Service Unavailable after 3 attempts")
+        visible = self.browser.execute_script(
+            "const m = arguments[0]; const cell = m.closest('td').getBoundingClientRect();"
+            "return Math.min(m.getBoundingClientRect().right, cell.right)"
+            " - m.getBoundingClientRect().left;",
+            message,
+        )
+        self.assertGreater(visible, 150, "the message is cut to nothing")
+        hung = self.browser.find_element(
+            By.XPATH, f'//*[@id="result_list"]//a[@href="{run_url(self.hung_run)}"]/ancestor::tr'
+        )
+        self.assertEqual(hung.find_element(By.CSS_SELECTOR, ".field-status_badge").text, "running")
+        TaskRun.objects.filter(pk=self.hung_run.pk).update(timeout_at=self.now)
+        self.open(RUNS_URL)
+        hung = self.browser.find_element(
+            By.XPATH, f'//*[@id="result_list"]//a[@href="{run_url(self.hung_run)}"]/ancestor::tr'
+        )
+        self.assertEqual(
+            hung.find_element(By.CSS_SELECTOR, ".field-status_badge").text, "running timed out"
+        )
+
+    def test_yes_and_no_read_as_words_and_lost_runs_show_in_the_chart(self):
+        self.open(task_url(FAILING))
+        chart = self.wait_for("#ds-run-chart")
+        self.screenshot(f"attention-task-page-{LAPTOP}")
+        paused = self.browser.find_element(By.CSS_SELECTOR, ".field-paused_text .readonly")
+        self.assertEqual(paused.text, "No")
+        self.assertEqual(self.browser.find_elements(By.CSS_SELECTOR, "img[src$='icon-no.svg']"), [])
+        heights = {
+            bar.get_attribute("data-status"): float(bar.get_attribute("height"))
+            for bar in chart.find_elements(By.CSS_SELECTOR, ".ds-bar")
+        }
+        self.assertEqual(set(heights), {"succeeded", "lost", "failed", "timed_out"})
+        # A lost run has no duration; its bar reaches the top, as the longest run's does.
+        self.assertEqual(heights["lost"], max(heights.values()))
+        self.assertGreater(heights["timed_out"], 2)
+
+        self.open(run_url(self.failing_run))
+        lock_lost = self.wait_for(".field-lock_lost_text .readonly")
+        self.assertEqual(lock_lost.text, "No")
+        self.assertEqual(self.browser.find_elements(By.CSS_SELECTOR, "img[src$='icon-no.svg']"), [])
+        self.assertEqual(text(self.wait_for(".field-status_badge .ds-badge")), "timed out")
+
+    def test_the_timeline_title_says_the_span_it_shows(self):
+        # A task every 10 s: its 1,440 firings shown end the timeline after 4 hours.
+        ScheduledTask.objects.create(
+            name="poll.tasks.feed", kind="fixed_rate", trigger="every 10s", anchor=self.now
+        )
+        registry = TaskRegistry()
+        registry.add(lambda: None, fixed_rate="10s", name="poll.tasks.feed")
+        with mock.patch("django_scheduling.registry.registry", registry):
+            self.open(reverse("admin:django_scheduling_scheduledtask_timeline"))
+            strip = self.wait_for("#ds-timeline-strip")
+        self.screenshot(f"attention-timeline-{LAPTOP}")
+        title = text(self.browser.find_element(By.TAG_NAME, "h1"))
+        self.assertRegex(title, r"^Timeline of the next (3 hours 59 minutes|4 hours)$")
+        # The bars fill the strip: no empty stretch after the span the title names.
+        right = max(
+            float(bar.get_attribute("x")) + float(bar.get_attribute("width"))
+            for bar in strip.find_elements(By.CSS_SELECTOR, ".ds-slot")
+        )
+        self.assertGreater(right, 1000 - 1000 / 20)

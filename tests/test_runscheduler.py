@@ -183,6 +183,9 @@ class RunschedulerTests(TransactionTestCase):
         self.assertGreaterEqual(time.monotonic() - sent, 1)
         self.assertLess(time.monotonic() - sent, 10, proc.output)
         self.assertIn("Still running at shutdown: stubborn", proc.output)
+        # Not silent while it waits: it says for which runs, and for how long at most.
+        waiting = proc.wait_for("Stopping: waiting up to", timeout=1)
+        self.assertIn("for 1 running task(s): stubborn (running", waiting)
         self.assertIn(STOPPED, proc.lines, proc.output)
         execution.refresh_from_db()
         self.assertIsNone(execution.finished)

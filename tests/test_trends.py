@@ -172,11 +172,19 @@ class PlanFiringsTests(SimpleTestCase):
             [f.at.strftime("%H:%M") for f in timeline.firings], ["05:00", "06:00", "07:00"]
         )
 
-    def test_each_task_is_capped_and_the_cap_is_reported(self):
+    def test_each_task_is_capped_and_the_timeline_ends_where_it_is_complete(self):
         fast = plan("fast", fixed_rate="1s")
-        timeline = plan_firings([fast], now=NOW, per_task=200)
-        self.assertEqual(len(timeline.firings), 200)
+        slow = plan("slow", fixed_rate="1m")
+        timeline = plan_firings([fast, slow], now=NOW, per_task=200, horizon=timedelta(hours=1))
         self.assertEqual(timeline.capped, {"fast": NOW + seconds(199)})
+        # Complete until the fast task's last firing: the slow one's later firings are left out.
+        self.assertEqual(timeline.complete_until, NOW + seconds(199))
+        self.assertEqual(timeline.shown_until, NOW + seconds(199))
+        self.assertEqual(len([f for f in timeline.firings if f.name == "fast"]), 200)
+        self.assertEqual(
+            [f.at for f in timeline.firings if f.name == "slow"],
+            [NOW + timedelta(minutes=m) for m in range(4)],
+        )
 
     def test_no_cap_reported_when_the_last_firing_is_the_last_in_the_window(self):
         timeline = plan_firings(

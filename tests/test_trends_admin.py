@@ -325,14 +325,16 @@ class TimelineTests(AdminTestCase):
         self.use_tasks(("fast", {"fixed_rate": "1s"}), ("paused", {"fixed_rate": "1h"}))
         ScheduledTask.objects.filter(name="paused").update(paused=True)
         make_task("gone", self.now + timedelta(hours=1), removed_at=self.now)
-        make_task("elsewhere", self.now + timedelta(hours=2), trigger="every 2h")
+        make_task("elsewhere", self.now + timedelta(minutes=10), trigger="every 2h")
 
         response = self.client.get(TIMELINE_URL)
 
         names = {firing.name for firing in response.context["timeline"].firings}
         self.assertEqual(names, {"fast", "elsewhere"})
         self.assertContains(response, "1 paused task is left out.")
-        self.assertContains(response, "Tasks cut at 200 firings")
+        self.assertContains(response, "Tasks cut at 1440 firings")
+        # The fast task's 1,440 firings end the timeline at 23 min 59 s: its title says so.
+        self.assertContains(response, "<title>Timeline of the next 23 minutes")
         self.assertContains(response, "Tasks shown at their next fire time only")
 
     def test_task_names_are_escaped(self):

@@ -10,6 +10,7 @@ from django.utils.safestring import SafeString
 
 from ..admin_views import (
     configuration_errors,
+    format_instance,
     format_run_duration,
     format_run_error,
     overdue_count,
@@ -45,6 +46,12 @@ def time_with_zone(value: datetime | None) -> str:
 def run_duration(value: timedelta | None) -> str:
     """Return a run's duration as "0.25s" or "1h3m20s"."""
     return format_run_duration(value)
+
+
+@register.filter
+def instance(name: str, prefix: str = "") -> SafeString:
+    """Return an instance name with its pid always visible (``format_instance``)."""
+    return format_instance(name, prefix)
 
 
 @register.filter
