@@ -36,7 +36,14 @@ from .admin_views import (
     format_yes_no,
 )
 from .models import RunStatus, ScheduledTask, TaskLock, TaskRun, TriggerKind
-from .monitoring import OverdueReason, StateAnnotations, TaskState, annotate_state
+from .monitoring import (
+    FAILING_AFTER,
+    OverdueReason,
+    StateAnnotations,
+    TaskState,
+    annotate_state,
+)
+from .trends import SPARKLINE_RUNS, failures_in_a_row
 from .trends_admin import TrendsMixin
 from .triggers import MISSED_COUNT_LIMIT
 
@@ -134,7 +141,10 @@ class StateFilter(admin.SimpleListFilter):
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list:
-        return [(state.value, STATE_LABELS[state]) for state in TaskState]
+        # "failing" is read from each task's recent runs, not from a column: no filter.
+        return [
+            (state.value, STATE_LABELS[state]) for state in TaskState if state != TaskState.FAILING
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         return queryset.filter(state=self.value()) if self.value() else queryset
@@ -194,12 +204,7 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
         # Annotate before ordering: the default order sorts on the state.
         tasks = self.model._default_manager.using(conf.database)
         return (
-            annotate_state(
-                tasks,
-                now=now,
-                overdue_after=conf.overdue_after,
-                failing_after=conf.alert_after_failures,
-            )
+            annotate_state(tasks, now=now, overdue_after=conf.overdue_after)
             .select_related("last_run")
             .annotate(
                 lock_holder=Subquery(held.values("locked_by")[:1]),
@@ -211,6 +216,21 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
 
     def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
         return TASK_ORDERING
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        task = super().get_object(request, object_id, from_field)
+        if task is not None:  # its state reads its recent runs, as in the list
+            self.attach_recent_runs([task], attribute="_state_runs")
+        return task
+
+    def failing(self, task: ScheduledTask) -> bool:
+        """Return whether *task*'s last ``ALERT_AFTER_FAILURES`` (3 when not set) ended runs
+        failed, read from the recent runs its row was given (``attach_recent_runs``)."""
+        points = getattr(task, "_recent_runs", None) or getattr(task, "_state_runs", None)
+        if not points:
+            return False
+        threshold = min(admin_settings().alert_after_failures or FAILING_AFTER, SPARKLINE_RUNS)
+        return failures_in_a_row(points) >= threshold
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return TaskChangeList
@@ -246,7 +266,10 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
 
     @admin.display(description=_("state"), ordering="state_order")
     def state_badge(self, task: WithAnnotations[ScheduledTask, TaskAnnotations]) -> str:
-        state = badge(task.state, STATE_LABELS[TaskState(task.state)])
+        shown = task.state
+        if shown in (TaskState.UPCOMING, TaskState.DONE) and self.failing(task):
+            shown = TaskState.FAILING
+        state = badge(shown, STATE_LABELS[TaskState(shown)])
         if task.state == TaskState.OVERDUE and task.overdue_reason:
             reason = OVERDUE_REASON_LABELS[OverdueReason(task.overdue_reason)]
             state = format_html('{}<span class="ds-relative ds-reason">{}</span>', state, reason)

@@ -5,7 +5,7 @@ A task is **overdue** when it needs someone's attention: its next fire time is m
 ``SCHEDULING['OVERDUE_AFTER']`` in the past and no run has started for it (no scheduler is up,
 or it is stuck or starved), or a run still holds it by then (hung), or a run has passed its
 ``timeout=`` (timed out). A task is **failing** when its last ``ALERT_AFTER_FAILURES`` (by
-default 3) finished runs failed.
+default 3) finished runs failed: the admin tells that from the runs it reads for the sparkline.
 """
 
 from __future__ import annotations
@@ -14,16 +14,15 @@ import enum
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypedDict
 
-from django.db.models import Case, F, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models import Case, F, Q, QuerySet, Value, When
 
-from .models import RunStatus, ScheduledTask, TaskRun, TriggerKind
+from .models import RunStatus, ScheduledTask, TriggerKind
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
 __all__ = [
     "FAILING_AFTER",
-    "FAILURES",
     "OverdueAnnotations",
     "OverdueReason",
     "StateAnnotations",
@@ -35,10 +34,6 @@ __all__ = [
 #: A task whose last this many finished runs failed is *failing*, unless
 #: ``ALERT_AFTER_FAILURES`` says another number.
 FAILING_AFTER = 3
-#: The statuses of a run that failed; a *succeeded* or *enqueued* run ends a streak of them,
-#: other statuses (interrupted, rejected) count neither way.
-FAILURES = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.LOST)
-_SUCCESSES = (RunStatus.SUCCEEDED, RunStatus.ENQUEUED)
 
 
 class TaskState(enum.StrEnum):
@@ -113,33 +108,21 @@ def annotate_state(
     *,
     now: datetime,
     overdue_after: timedelta,
-    failing_after: int | None = None,
 ) -> QuerySet[WithAnnotations[ScheduledTask, StateAnnotations]]:
     """Annotate each task with ``state``, ``state_order`` (overdue first) and, for an overdue
     one, ``overdue_reason``.
 
-    An overdue task is overdue even while a run holds it (hung, timed out); a running task
-    counts as running before it counts as failing.
+    An overdue task is overdue even while a run holds it (hung, timed out). Whether an
+    upcoming task is *failing* is read from its recent runs (``trends.failures_in_a_row``),
+    which the admin reads anyway, not here: the last N runs of every task would cost the
+    task list a sort of each one's history.
     """
-    failing_after = failing_after or FAILING_AFTER
-    runs = TaskRun.objects.filter(task_name=OuterRef("name")).order_by("-started_at", "-id")
-    nth_failure = runs.filter(status__in=FAILURES).values("started_at")[
-        failing_after - 1 : failing_after
-    ]
-    last_success = runs.filter(status__in=_SUCCESSES).values("started_at")[:1]
-    queryset = queryset.alias(
-        failing_since=Subquery(nth_failure), last_success_started=Subquery(last_success)
-    )
     overdue = _overdue_q(now, overdue_after)
-    failing = Q(failing_since__isnull=False) & (
-        Q(last_success_started__isnull=True) | Q(failing_since__gt=F("last_success_started"))
-    )
     cases = [
         (Q(removed_at__isnull=False), TaskState.REMOVED),
         (overdue, TaskState.OVERDUE),
         (_running(), TaskState.RUNNING),
         (Q(paused=True), TaskState.PAUSED),
-        (failing, TaskState.FAILING),
         (Q(next_fire_time__isnull=True), TaskState.DONE),
     ]
     return queryset.annotate(

@@ -30,6 +30,7 @@ __all__ = [
     "RunStats",
     "run_points",
     "run_stats",
+    "failures_in_a_row",
     "percentile",
     "recent_runs",
     "recent_runs_of",
@@ -57,6 +58,8 @@ IN_PROGRESS = frozenset({RunStatus.RUNNING.value})
 SUCCESSES = frozenset({RunStatus.SUCCEEDED.value, RunStatus.ENQUEUED.value})
 #: Statuses that count as a failure of the task in "failures in a row".
 FAILURES = frozenset({RunStatus.FAILED.value, RunStatus.TIMED_OUT.value, RunStatus.LOST.value})
+#: Statuses that count neither way in "failures in a row": the task did not get to run.
+NEUTRAL = frozenset({RunStatus.INTERRUPTED.value, RunStatus.REJECTED.value})
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,17 +118,27 @@ def run_points(
     return points
 
 
+def failures_in_a_row(points: Sequence[RunPoint]) -> int:
+    """Return how many of the newest ended runs of *points* (oldest first) failed in a row:
+    failed, timed out or lost runs since the newest that succeeded (or was enqueued);
+    interrupted and rejected runs count neither way."""
+    streak = 0
+    for point in reversed(points):
+        if point.in_progress or point.status in NEUTRAL:
+            continue
+        if point.status not in FAILURES:
+            break
+        streak += 1
+    return streak
+
+
 def run_stats(points: Sequence[RunPoint]) -> RunStats:
     """Return the success rate, the p50 and p95 durations of the ended runs, the failures in a
     row and the late starts of *points* (oldest first)."""
     ended = [p for p in points if not p.in_progress]
     succeeded = sum(1 for p in ended if p.status in SUCCESSES)
     durations = sorted(p.duration for p in ended if p.duration is not None)
-    streak = 0
-    for point in reversed(ended):
-        if point.status not in FAILURES:
-            break
-        streak += 1
+    streak = failures_in_a_row(points)
     return RunStats(
         runs=len(points),
         finished=len(ended),

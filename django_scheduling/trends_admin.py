@@ -50,15 +50,18 @@ class TrendsMixin(_TaskAdminBase):
 
     # -- the task list -------------------------------------------------------------------------
 
-    def attach_recent_runs(self, tasks: Iterable[ScheduledTask]) -> None:
-        """Give each of *tasks* (a page of the list) its recent runs, read in one query."""
+    def attach_recent_runs(
+        self, tasks: Iterable[ScheduledTask], attribute: str = "_recent_runs"
+    ) -> None:
+        """Give each of *tasks* (a page of the list) its recent runs, read in one query, as
+        its *attribute* (``_recent_runs``: the list shows them as a sparkline)."""
         tasks = list(tasks)
         found = trends.recent_runs_of(
             [task.name for task in tasks], using=admin_settings().database
         )
         now = timezone.now()
         for task in tasks:
-            task._recent_runs = trends.run_points(found[task.name], now=now)  # type: ignore[attr-defined]
+            setattr(task, attribute, trends.run_points(found[task.name], now=now))
 
     def recent_runs(self, task: ScheduledTask) -> str:
         """Return the sparkline of the task's last runs and how long ago it last succeeded

@@ -1,5 +1,6 @@
 """The admin pages: task overview, run history, locks, and the pause / resume / run-now controls."""
 
+import re
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from unittest import mock
@@ -307,6 +308,53 @@ class TaskChangeListTests(AdminTestCase):
         response = self.client.get(TASKS_URL)
         self.assertNotContains(response, "delete_selected")
         self.assertNotContains(response, add_url)
+
+
+class FailingStateTests(AdminTestCase):
+    """A task whose last runs failed shows "failing", in the list and on its page, read from the
+    runs the list reads for its sparkline (no query of its own in the list)."""
+
+    def shown(self, response) -> dict[str, str]:
+        """Return each task of the change list with the state its badge shows."""
+        cl = response.context["cl"]
+        return {
+            task.name: re.search(r"ds-badge--(\w+)", cl.model_admin.state_badge(task))[1]
+            for task in cl.result_list
+        }
+
+    def runs(self, name, *statuses):
+        last = None
+        for minutes, status in enumerate(statuses):
+            last = TaskRun.objects.create(
+                task_name=name,
+                started_at=self.now - timedelta(hours=1) + timedelta(minutes=minutes),
+                status=status,
+                instance="web-1:1:1",
+            )
+        ScheduledTask.objects.filter(name=name).update(last_run=last)
+
+    def test_the_last_three_runs_failed(self):
+        make_task("failing", self.now + timedelta(minutes=5))
+        make_task("recovered", self.now + timedelta(minutes=5))
+        make_task("two", self.now + timedelta(minutes=5))
+        self.runs("failing", "succeeded", "failed", "interrupted", "timed_out", "lost")
+        self.runs("recovered", "failed", "failed", "failed", "succeeded")
+        self.runs("two", "succeeded", "failed", "failed")
+
+        response = self.client.get(TASKS_URL)
+
+        self.assertEqual(
+            self.shown(response),
+            {"failing": "failing", "recovered": "upcoming", "two": "upcoming"},
+        )
+        page = self.client.get(task_url("failing"))
+        self.assertContains(page, '<span class="ds-badge ds-badge--failing">failing</span>')
+
+    @override_settings(SCHEDULING={"ALERT_AFTER_FAILURES": 2})
+    def test_the_number_follows_alert_after_failures(self):
+        make_task("two", self.now + timedelta(minutes=5))
+        self.runs("two", "succeeded", "failed", "failed")
+        self.assertEqual(self.shown(self.client.get(TASKS_URL)), {"two": "failing"})
 
 
 @override_settings(

@@ -192,53 +192,6 @@ class OverdueRuleTests(TestCase):
             {"slow": TaskState.RUNNING, "stuck": TaskState.OVERDUE},
         )
 
-    def test_a_task_whose_last_runs_failed_is_failing(self):
-        statuses = {
-            "failing": [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.LOST],
-            "two_failures": [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.FAILED],
-            "recovered": [
-                RunStatus.FAILED,
-                RunStatus.FAILED,
-                RunStatus.FAILED,
-                RunStatus.SUCCEEDED,
-            ],
-            # Interrupted and rejected runs count neither way.
-            "between": [
-                RunStatus.FAILED,
-                RunStatus.INTERRUPTED,
-                RunStatus.FAILED,
-                RunStatus.REJECTED,
-                RunStatus.FAILED,
-            ],
-            "never_succeeded": [RunStatus.FAILED] * 3,
-        }
-        for name, history_ in statuses.items():
-            last = None
-            for minutes, status in enumerate(history_):
-                last = run(name, NOW - HOUR + minutes * MINUTE, status)
-            self.task(name, NOW + MINUTE, last_run=last, last_fire_time=NOW - MINUTE)
-        self.assertEqual(
-            self.states(overdue_after=5 * MINUTE),
-            {
-                "failing": TaskState.FAILING,
-                "two_failures": TaskState.UPCOMING,
-                "recovered": TaskState.UPCOMING,
-                "between": TaskState.FAILING,
-                "never_succeeded": TaskState.FAILING,
-            },
-        )
-        annotated = monitoring.annotate_state(
-            ScheduledTask.objects.all(), now=NOW, overdue_after=5 * MINUTE, failing_after=2
-        )
-        self.assertEqual(
-            {t.name for t in annotated if t.state == TaskState.FAILING},
-            {"failing", "two_failures", "between", "never_succeeded"},
-        )
-
-    def test_the_boundary_is_strict(self):
-        self.task("exactly", NOW - 5 * MINUTE)
-        self.assertEqual(self.states(overdue_after=5 * MINUTE)["exactly"], TaskState.UPCOMING)
-
 
 class SyncTests(TestCase):
     def test_rows_follow_the_code(self):

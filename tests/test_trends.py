@@ -97,11 +97,13 @@ class RunStatsTests(SimpleTestCase):
         stats = self.stats("succeeded", "running", durations=[1.0, 500.0])
         self.assertEqual(stats.p95, seconds(1))
 
-    def test_consecutive_failures_count_back_to_the_last_run_that_did_not_fail(self):
+    def test_consecutive_failures_count_back_to_the_last_success(self):
         cases = [
-            (("succeeded", "failed", "lost", "failed"), 3),
+            (("succeeded", "failed", "lost", "timed_out"), 3),
             (("failed", "succeeded"), 0),
-            (("failed", "interrupted", "failed"), 1),
+            (("failed", "enqueued"), 0),
+            # Interrupted and rejected runs count neither way: the task did not get to run.
+            (("failed", "interrupted", "failed", "rejected"), 2),
             (("succeeded", "failed", "failed", "running"), 2),  # the run in progress is passed
             (("failed", "failed"), 2),
         ]
