@@ -31,7 +31,7 @@ from zoneinfo import ZoneInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from django_scheduling.cron import CronExpression
+from django_scheduling.schedules.cron import CronExpression
 
 try:
     from croniter import croniter

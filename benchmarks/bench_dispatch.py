@@ -201,7 +201,7 @@ class OursHarness(Harness):
 
     def add(self, funcs: Sequence[Callable[[], None]], anchors_us: Sequence[int]) -> None:
         from django_scheduling.scheduler import Entry
-        from django_scheduling.triggers import FixedRateTrigger, TriggerState
+        from django_scheduling.schedules.triggers import FixedRateTrigger, TriggerState
 
         self.tasks = []
         for index, (func, anchor) in enumerate(zip(funcs, anchors_us, strict=True)):
@@ -251,7 +251,7 @@ class _MemoryTask:
 def _make_memory_runner() -> Any:
     """Return a Runner that keeps each task's TriggerState in memory, like a task with lock=False
     but without its database row: the Scheduler core alone is measured."""
-    from django_scheduling.triggers import TriggerState
+    from django_scheduling.schedules.triggers import TriggerState
 
     def now() -> datetime:
         return datetime.now(UTC)

@@ -11,6 +11,7 @@ Declare a task with ``@scheduled`` in an app's ``tasks.py``::
 
 from __future__ import annotations
 
+from . import _moved
 from .context import (
     EnqueuedTooLate,
     RunTimedOut,
@@ -19,7 +20,7 @@ from .context import (
     shutdown_requested,
 )
 from .registry import scheduled
-from .triggers import MissedRuns
+from .schedules.triggers import MissedRuns
 
 __all__ = [
     "scheduled",
@@ -30,3 +31,5 @@ __all__ = [
     "RunTimedOut",
     "EnqueuedTooLate",
 ]
+
+_moved.install()

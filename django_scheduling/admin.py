@@ -43,9 +43,9 @@ from .monitoring import (
     TaskState,
     annotate_state,
 )
+from .schedules.triggers import MISSED_COUNT_LIMIT
 from .trends import SPARKLINE_RUNS, failures_in_a_row
 from .trends_admin import TrendsMixin
-from .triggers import MISSED_COUNT_LIMIT
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise, WithAnnotations

@@ -34,11 +34,11 @@ from django.views.decorators.http import require_POST
 
 from .checks import scheduler_errors
 from .conf import SchedulingSettings, get_settings
-from .durations import format_duration
 from .formats import format_time
 from .models import ScheduledTask, TaskRun
 from .monitoring import OverdueReason, TaskState, overdue_tasks
 from .process import INSTANCE_NAME
+from .schedules.durations import format_duration
 
 if TYPE_CHECKING:
     # The mixin is used only on a ModelAdmin of ScheduledTask, whose methods it calls.

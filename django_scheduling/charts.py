@@ -18,7 +18,7 @@ from django.utils.translation import ngettext
 from .admin_views import format_run_duration
 from .formats import format_time
 from .models import RunStatus
-from .timeline import Timeline
+from .schedules.timeline import Timeline
 from .trends import CHART_RUNS, FAILURES, RunPoint
 
 __all__ = ["STATUS_COLOURS", "status_label", "run_chart", "sparkline", "timeline_strip"]

@@ -20,7 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .durations import parse_duration
+from .schedules.durations import parse_duration
 
 __all__ = ["SchedulingSettings", "InvalidSettings", "get_settings", "DEFAULTS", "NAME_LENGTH"]
 

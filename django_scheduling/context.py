@@ -45,7 +45,7 @@ class RunTimedOut(TimeoutError):
         timeout: timedelta,
         failure: BaseException | None = None,
     ) -> None:
-        from .durations import format_duration
+        from .schedules.durations import format_duration
 
         outcome = (
             "then succeeded"

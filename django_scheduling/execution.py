@@ -55,8 +55,6 @@ from .clock import utcnow
 from .conf import SchedulingSettings
 from .context import EnqueuedTooLate, RunTimedOut, current_fire_time, firing_context
 from .dbconnection import KeptConnection
-from .decisions import TRIGGER_CHANGED, Run, Skip, decide, retry_delay
-from .durations import format_duration
 from .keepalive import KeepAlive, KeptAliveLock, WaitingLocks
 from .locking import LockConfiguration, LockError, LockProvider
 from .locking.database import is_conflict
@@ -65,7 +63,9 @@ from .outbox import Outbox
 from .pool import PoolStats
 from .registry import TaskDefinition, effective_timeout
 from .scheduler import SINGLE, Call, Entry, Firing, Outcome, RunRequest
-from .triggers import Trigger, TriggerState, jitter_offset, kept_state
+from .schedules.decisions import TRIGGER_CHANGED, Run, Skip, decide, retry_delay
+from .schedules.durations import format_duration
+from .schedules.triggers import Trigger, TriggerState, jitter_offset, kept_state
 from .writer import EndWriter, Finished
 
 __all__ = ["TaskSpec", "TaskRunner", "current_fire_time"]

@@ -19,8 +19,14 @@ from typing import Any, Generic, TypeVar, overload
 
 from . import engines
 from .conf import NAME_LENGTH, SchedulingSettings
-from .durations import DurationLike, parse_duration
-from .triggers import DEFAULT_MISFIRE_THRESHOLD, MissedRuns, Trigger, make_trigger, trigger_key
+from .schedules.durations import DurationLike, parse_duration
+from .schedules.triggers import (
+    DEFAULT_MISFIRE_THRESHOLD,
+    MissedRuns,
+    Trigger,
+    make_trigger,
+    trigger_key,
+)
 
 __all__ = [
     "TaskDefinition",

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from .clock import utcnow
 from .context import shutdown_requested, stopping_context
 from .pool import PoolStats, RejectedWork, RejectionPolicy, Work, WorkerPool
+from .schedules.decisions import Firing, RunRequest
 
 __all__ = ["Scheduler", "Entry", "Runner", "RunRequest", "shutdown_requested"]
 
@@ -57,19 +58,6 @@ def claim_ahead(count: int) -> float:
     if count <= BATCH_SIZE:
         return 0.0  # one batch: claimed at its time, within a few milliseconds
     return min(count * CLAIM_AHEAD_PER_FIRING, CLAIM_AHEAD_MAX)
-
-
-@dataclass(frozen=True, slots=True)
-class RunRequest:
-    """A run asked for outside the schedule: "run now" (made at *requested_at*, ``None`` when
-    asked in-process), or the recovery of lost run *recover_run_id*."""
-
-    requested_at: datetime | None = None
-    recover_run_id: int | None = None
-
-
-#: What a firing is for: a fire time of the schedule, or a run asked for outside it.
-Firing = datetime | RunRequest
 
 
 class Call:

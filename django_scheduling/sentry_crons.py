@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from . import signals
 from .conf import SchedulingSettings, get_settings
-from .cron import CronExpression
 from .registry import TaskDefinition, effective_timeout
-from .triggers import CronTrigger, FixedRateTrigger, Trigger
+from .schedules.cron import CronExpression
+from .schedules.triggers import CronTrigger, FixedRateTrigger, Trigger
 
 __all__ = ["crontab", "install", "monitor_config", "monitor_slug"]
 

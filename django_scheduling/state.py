@@ -19,7 +19,8 @@ from django.db.models import Q
 
 from .dbvalues import column, datetime_adapter, datetime_reader
 from .models import ScheduledTask, TaskLock, TaskRun
-from .triggers import Trigger, TriggerState
+from .schedules.decisions import TaskRow
+from .schedules.triggers import Trigger, TriggerState
 
 __all__ = [
     "TaskRow",
@@ -39,21 +40,6 @@ __all__ = [
     "read_claims",
     "claimable",
 ]
-
-
-@dataclass(frozen=True)
-class TaskRow:
-    """What the scheduler reads of a task's row before a firing."""
-
-    state: TriggerState
-    paused: bool
-    #: The trigger of the deployment that synced the row last, in words.
-    trigger: str = ""
-    run_requested_at: datetime | None = None
-    last_run_id: int | None = None
-    #: A lost run waiting to be run again (``recover=True``), and the fire time it served.
-    recover_run_id: int | None = None
-    recover_fire_time: datetime | None = None
 
 
 def _state(row: ScheduledTask) -> TriggerState:

@@ -9,7 +9,7 @@ query and computes their firings from their triggers.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
 import django
@@ -24,11 +24,16 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET
 
-from . import charts, timeline, trends
+from . import charts, trends
 from . import registry as registry_module
 from .admin_views import admin_settings, naturaltime_ago
+from .conf import SchedulingSettings
 from .formats import format_time
 from .models import ScheduledTask
+from .schedules import timeline
+from .schedules.timeline import TaskPlan
+from .schedules.triggers import Trigger, TriggerState
+from .state import describe
 
 if TYPE_CHECKING:
     from django.contrib import admin
@@ -128,7 +133,7 @@ class TrendsMixin(_TaskAdminBase):
             raise PermissionDenied
         conf = admin_settings()
         now = timezone.now()
-        plans, paused = timeline.read_plans(conf=conf, default_zone=timezone.get_default_timezone())
+        plans, paused = read_plans(conf=conf, default_zone=timezone.get_default_timezone())
         planned = timeline.plan_firings(plans, now=now)
         minutes, busy_minutes = timeline.busiest_minutes(planned.firings, limit=TIMELINE_MINUTES)
         context = {
@@ -170,3 +175,49 @@ def format_span(span: timedelta) -> str:
             ngettext("%(count)d minute", "%(count)d minutes", minutes) % {"count": minutes}
         )
     return " ".join(parts)
+
+
+def task_plans(
+    rows: Iterable[tuple[Any, ...]],
+    *,
+    conf: SchedulingSettings,
+    default_zone: tzinfo,
+    tasks: registry_module.TaskRegistry | None = None,
+) -> list[TaskPlan]:
+    """Return the plans of *rows*: (name, trigger text, anchor, last fire time, last finished
+    at, next fire time) of tasks neither paused nor removed.
+
+    The trigger comes from the task's declaration in *tasks* (the ``@scheduled`` registry), as
+    the scheduler builds it, when it is the trigger stored in the row; otherwise the task is
+    shown at its stored next fire time only.
+    """
+    tasks = registry_module.registry if tasks is None else tasks
+    plans = []
+    for name, stored, anchor, last_fire, last_finished, next_fire_time in rows:
+        state = TriggerState(anchor, last_fire, last_finished)
+        trigger: Trigger | None = None
+        jitter = conf.jitter
+        if name in tasks and (definition := tasks.get(name)).error is None:
+            jitter = conf.jitter if definition.jitter is None else definition.jitter
+            declared = definition.trigger(default_zone, conf.misfire_threshold + jitter)
+            if describe(declared) == stored:
+                trigger = declared
+        plans.append(TaskPlan(name, trigger, state, jitter, next_fire_time))
+    return plans
+
+
+#: The columns ``task_plans()`` reads of each task.
+PLAN_FIELDS = ("name", "trigger", "anchor", "last_fire_time", "last_finished_at", "next_fire_time")
+
+
+def read_plans(*, conf: SchedulingSettings, default_zone: tzinfo) -> tuple[list[TaskPlan], int]:
+    """Return the plans of the tasks that fire (neither paused nor removed), in one query,
+    and how many tasks are paused."""
+    rows = ScheduledTask.objects.using(conf.database).filter(removed_at__isnull=True).order_by()
+    active, paused = [], 0
+    for paused_flag, *row in rows.values_list("paused", *PLAN_FIELDS).iterator():
+        if paused_flag:
+            paused += 1
+        else:
+            active.append(tuple(row))
+    return task_plans(active, conf=conf, default_zone=default_zone), paused

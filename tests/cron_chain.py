@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django_scheduling.cron import CronExpression
+from django_scheduling.schedules.cron import CronExpression
 
 
 def chain(expression: CronExpression | str, start: datetime, count: int) -> list[datetime | None]:

@@ -1,5 +1,5 @@
 """
-Tests for django_scheduling.cron.
+Tests for django_scheduling.schedules.cron.
 
 Every expected time below was worked out by hand from a calendar and the zone's published
 transitions (noted next to each test), not produced by running the code under test.
@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from django_scheduling.cron import CronExpression, InvalidCronExpression
+from django_scheduling.schedules.cron import CronExpression, InvalidCronExpression
 
 from .cron_chain import chain
 

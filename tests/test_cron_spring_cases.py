@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from django_scheduling.cron import CronExpression
+from django_scheduling.schedules.cron import CronExpression
 
 from .cron_chain import chain
 

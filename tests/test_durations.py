@@ -2,7 +2,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_scheduling.durations import format_duration, parse_duration
+from django_scheduling.schedules.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

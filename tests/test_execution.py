@@ -19,7 +19,7 @@ from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, L
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.registry import TaskRegistry
 from django_scheduling.scheduler import Entry, RunRequest
-from django_scheduling.triggers import FixedRateTrigger, TriggerState
+from django_scheduling.schedules.triggers import FixedRateTrigger, TriggerState
 
 T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
 

@@ -16,8 +16,8 @@ from django_scheduling.clock import utcnow
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.monitoring import TaskState
 from django_scheduling.registry import TaskRegistry
+from django_scheduling.schedules.triggers import FixedRateTrigger, make_trigger
 from django_scheduling.service import SchedulerService
-from django_scheduling.triggers import FixedRateTrigger, make_trigger
 
 from .processes import poll
 

@@ -11,7 +11,7 @@ from django_scheduling import current_fire_time
 from django_scheduling.models import ScheduledTask, TaskRun
 from django_scheduling.registry import TaskRegistry
 from django_scheduling.scheduler import Entry
-from django_scheduling.triggers import jitter_offset
+from django_scheduling.schedules.triggers import jitter_offset
 
 from .test_execution import Clock, make_runner
 

@@ -33,7 +33,7 @@ from django.test import SimpleTestCase, TransactionTestCase
 from django.utils import timezone
 
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
-from django_scheduling.triggers import make_trigger
+from django_scheduling.schedules.triggers import make_trigger
 
 from .processes import ROOT, Process, manage, poll, process_env
 from .testapp.models import Execution

@@ -25,7 +25,7 @@ from django_scheduling.scheduler import (
     Scheduler,
     claim_ahead,
 )
-from django_scheduling.triggers import FixedDelayTrigger, FixedRateTrigger, TriggerState
+from django_scheduling.schedules.triggers import FixedDelayTrigger, FixedRateTrigger, TriggerState
 
 DEADLINE = 10.0
 

@@ -11,9 +11,15 @@ from django.test import SimpleTestCase
 from django.utils import timezone
 
 from django_scheduling import charts
-from django_scheduling.timeline import Firing, TaskPlan, Timeline, busiest_minutes, plan_firings
+from django_scheduling.schedules.timeline import (
+    Firing,
+    TaskPlan,
+    Timeline,
+    busiest_minutes,
+    plan_firings,
+)
+from django_scheduling.schedules.triggers import TriggerState, make_trigger
 from django_scheduling.trends import RunPoint, percentile, run_points, run_stats
-from django_scheduling.triggers import TriggerState, make_trigger
 
 NOW = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)
 SCRIPT_NAME = "<script>alert(1)</script> & co"

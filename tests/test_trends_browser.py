@@ -22,9 +22,9 @@ from django.utils import timezone
 from selenium.webdriver.common.by import By
 
 from django_scheduling import registry as registry_module
-from django_scheduling import timeline
 from django_scheduling.models import ScheduledTask, TaskRun
 from django_scheduling.registry import TaskRegistry
+from django_scheduling.schedules import timeline
 from django_scheduling.state import sync_tasks
 
 from .browser import BrowserTestCase

@@ -7,8 +7,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from django_scheduling.cron import CronExpression, InvalidCronExpression
-from django_scheduling.triggers import (
+from django_scheduling.schedules.cron import CronExpression, InvalidCronExpression
+from django_scheduling.schedules.triggers import (
     CronTrigger,
     FixedDelayTrigger,
     FixedRateTrigger,

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 from ..conf import NAME_LENGTH
-from ..durations import DurationLike, format_duration, parse_duration
+from ..schedules.durations import DurationLike, format_duration, parse_duration
 
 __all__ = ["InvalidLockHandle", "Lock", "LockConfiguration", "LockError", "LockProvider"]
 

@@ -19,8 +19,8 @@ from ...autostart import describe_database_error
 from ...conf import get_settings
 from ...models import ScheduledTask
 from ...registry import TaskDefinition, registry
+from ...schedules.triggers import TriggerState, jitter_offset
 from ...service import SchedulerService
-from ...triggers import TriggerState, jitter_offset
 
 
 class Command(BaseCommand):

@@ -17,10 +17,10 @@ from django.utils import timezone
 
 from ...checks import describe, scheduler_errors
 from ...conf import get_settings
-from ...durations import format_duration, parse_duration
 from ...health import due_at, report
 from ...models import ScheduledTask
 from ...monitoring import overdue_tasks
+from ...schedules.durations import format_duration, parse_duration
 
 
 class Command(BaseCommand):

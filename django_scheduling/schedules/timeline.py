@@ -3,7 +3,8 @@
 Each task's firings come from its trigger and its stored state, as the scheduler computes them:
 the next fire time from the row's state, then one after the other, each as if the one before
 had just run (a fixed-delay task's runs are taken to take no time), each dispatched later by
-the task's jitter offset. ``plan_firings()`` is pure and takes *now*.
+the task's jitter offset. Pure: ``plan_firings()`` takes the plans and *now*; the admin reads
+the plans from the task rows.
 """
 
 from __future__ import annotations
@@ -11,13 +12,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, tzinfo
-from typing import Any
+from datetime import datetime, timedelta
 
-from . import registry as registry_module
-from .conf import SchedulingSettings
-from .models import ScheduledTask
-from .state import describe
 from .triggers import Trigger, TriggerState, jitter_offset
 
 __all__ = [
@@ -30,7 +26,6 @@ __all__ = [
     "Minute",
     "plan_firings",
     "busiest_minutes",
-    "task_plans",
 ]
 
 #: How far ahead the timeline looks.
@@ -177,49 +172,3 @@ def busiest_minutes(firings: Sequence[Firing], *, limit: int = 50) -> tuple[list
         names = sorted({firing.name for firing in group})
         chosen.append(Minute(start, len(group), together, instant, names))
     return chosen, len(minutes)
-
-
-def task_plans(
-    rows: Iterable[tuple[Any, ...]],
-    *,
-    conf: SchedulingSettings,
-    default_zone: tzinfo,
-    tasks: registry_module.TaskRegistry | None = None,
-) -> list[TaskPlan]:
-    """Return the plans of *rows*: (name, trigger text, anchor, last fire time, last finished
-    at, next fire time) of tasks neither paused nor removed.
-
-    The trigger comes from the task's declaration in *tasks* (the ``@scheduled`` registry), as
-    the scheduler builds it, when it is the trigger stored in the row; otherwise the task is
-    shown at its stored next fire time only.
-    """
-    tasks = registry_module.registry if tasks is None else tasks
-    plans = []
-    for name, stored, anchor, last_fire, last_finished, next_fire_time in rows:
-        state = TriggerState(anchor, last_fire, last_finished)
-        trigger: Trigger | None = None
-        jitter = conf.jitter
-        if name in tasks and (definition := tasks.get(name)).error is None:
-            jitter = conf.jitter if definition.jitter is None else definition.jitter
-            declared = definition.trigger(default_zone, conf.misfire_threshold + jitter)
-            if describe(declared) == stored:
-                trigger = declared
-        plans.append(TaskPlan(name, trigger, state, jitter, next_fire_time))
-    return plans
-
-
-#: The columns ``task_plans()`` reads of each task.
-PLAN_FIELDS = ("name", "trigger", "anchor", "last_fire_time", "last_finished_at", "next_fire_time")
-
-
-def read_plans(*, conf: SchedulingSettings, default_zone: tzinfo) -> tuple[list[TaskPlan], int]:
-    """Return the plans of the tasks that fire (neither paused nor removed), in one query,
-    and how many tasks are paused."""
-    rows = ScheduledTask.objects.using(conf.database).filter(removed_at__isnull=True).order_by()
-    active, paused = [], 0
-    for paused_flag, *row in rows.values_list("paused", *PLAN_FIELDS).iterator():
-        if paused_flag:
-            paused += 1
-        else:
-            active.append(tuple(row))
-    return task_plans(active, conf=conf, default_zone=default_zone), paused

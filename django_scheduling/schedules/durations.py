@@ -17,8 +17,6 @@ import math
 import re
 from datetime import timedelta
 
-from django.utils.dateparse import parse_duration as django_parse_duration
-
 __all__ = ["DurationLike", "parse_duration", "format_duration"]
 
 DurationLike = int | float | timedelta | str
@@ -26,6 +24,12 @@ DurationLike = int | float | timedelta | str
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _SIMPLE_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*", re.IGNORECASE)
 _HINT = 'write seconds as a number, a timedelta, "500ms", "30s", "10m", "2h", "1d" or "PT10M"'
+#: An ISO-8601 duration of days and time (years and months are not fixed lengths).
+_ISO = re.compile(
+    r"(?P<sign>[-+]?)P(?:(?P<d>\d+(?:[.,]\d+)?)D)?"
+    r"(?:T(?:(?P<h>\d+(?:[.,]\d+)?)H)?(?:(?P<m>\d+(?:[.,]\d+)?)M)?(?:(?P<s>\d+(?:[.,]\d+)?)S)?)?"
+)
+_ISO_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
 def parse_duration(
@@ -100,14 +104,19 @@ def _parse_simple(text: str, original: str, name: str) -> timedelta:
 
 def _parse_iso(text: str, original: str, name: str) -> timedelta:
     upper = text.upper()
-    # Django reads ISO-8601 durations of days and time; "P" or "PT" alone would read as zero.
-    delta = None if upper.rstrip("T").lstrip("-") == "P" else django_parse_duration(upper)
-    if delta is None or upper.endswith("T"):
+    match = _ISO.fullmatch(upper)
+    # "P" or "PT" alone, or a "T" with no time after it, would read as zero.
+    if match is None or upper.rstrip("T").lstrip("+-") == "P" or upper.endswith("T"):
         raise ValueError(
             f"invalid {name} {original!r}: an ISO-8601 duration looks like 'PT10M' or 'P1DT2H' "
             "(years and months are not fixed lengths and are not accepted)"
         )
-    return delta
+    seconds = sum(
+        float(match[unit].replace(",", ".")) * size
+        for unit, size in _ISO_UNITS.items()
+        if match[unit] is not None
+    )
+    return timedelta(seconds=-seconds if match["sign"] == "-" else seconds)
 
 
 def format_duration(delta: timedelta) -> str:
