@@ -121,8 +121,8 @@ def measure_all(iterations: int) -> list[dict]:
     from django_scheduling.execution import TaskRunner
     from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
     from django_scheduling.models import TaskLock
-    from django_scheduling.registry import TaskRegistry
     from django_scheduling.scheduler import Entry
+    from django_scheduling.tasks.registry import TaskRegistry
 
     registry = TaskRegistry()
 

@@ -19,8 +19,8 @@ from .context import (
     current_fire_time,
     shutdown_requested,
 )
-from .registry import scheduled
 from .schedules.triggers import MissedRuns
+from .tasks.registry import scheduled
 
 __all__ = [
     "scheduled",

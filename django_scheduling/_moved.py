@@ -26,6 +26,8 @@ MOVED = {
     "durations": "schedules.durations",
     "decisions": "schedules.decisions",
     "timeline": "schedules.timeline",
+    "registry": "tasks.registry",
+    "engines": "tasks.engines",
 }
 
 _PACKAGE = "django_scheduling"

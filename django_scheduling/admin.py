@@ -20,7 +20,6 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from . import engines
 from .admin_views import (
     OVERDUE_REASON_LABELS,
     STATE_LABELS,
@@ -44,6 +43,7 @@ from .monitoring import (
     annotate_state,
 )
 from .schedules.triggers import MISSED_COUNT_LIMIT
+from .tasks import engines
 from .trends import SPARKLINE_RUNS, failures_in_a_row
 from .trends_admin import TrendsMixin
 

@@ -12,8 +12,9 @@ class SchedulingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import alerts, checks, metrics, registry, sentry_crons  # noqa: F401  (checks)
+        from . import alerts, checks, metrics, sentry_crons  # noqa: F401  (checks)
         from .autostart import maybe_autostart
+        from .tasks import registry
 
         registry.autodiscover()
         post_migrate.connect(_sync_after_migrate, sender=self)
@@ -44,8 +45,8 @@ def _sync_after_migrate(*, using: str, **kwargs: Any) -> None:
 
     from .conf import get_settings
     from .models import ScheduledTask
-    from .registry import registry
     from .state import sync_tasks
+    from .tasks.registry import registry
 
     try:
         conf = get_settings()

@@ -16,10 +16,10 @@ from django.conf import settings
 from django.core import checks
 from django.db import connections
 
-from . import engines
 from .conf import InvalidSettings, SchedulingSettings, get_settings
 from .locking import SUPPORTED_VENDORS
-from .registry import TaskDefinition, TaskRegistry, registry
+from .tasks import engines
+from .tasks.registry import TaskDefinition, TaskRegistry, registry
 
 __all__ = [
     "check_tasks",

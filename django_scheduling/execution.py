@@ -50,7 +50,7 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone, translation
 
-from . import engines, history, metrics, signals, state
+from . import history, metrics, signals, state
 from .clock import utcnow
 from .conf import SchedulingSettings
 from .context import EnqueuedTooLate, RunTimedOut, current_fire_time, firing_context
@@ -61,11 +61,13 @@ from .locking.database import is_conflict
 from .models import RunStatus
 from .outbox import Outbox
 from .pool import PoolStats
-from .registry import TaskDefinition, effective_timeout
 from .scheduler import SINGLE, Call, Entry, Firing, Outcome, RunRequest
 from .schedules.decisions import TRIGGER_CHANGED, Run, Skip, decide, retry_delay
 from .schedules.durations import format_duration
 from .schedules.triggers import Trigger, TriggerState, jitter_offset, kept_state
+from .tasks import engines
+from .tasks.registry import TaskDefinition
+from .tasks.resolved import timeout_of
 from .writer import EndWriter, Finished
 
 __all__ = ["TaskSpec", "TaskRunner", "current_fire_time"]
@@ -362,7 +364,7 @@ class TaskRunner:
                 trigger=t,
                 _state=states[d.name],
                 jitter=jitter,
-                timeout=effective_timeout(d, self.conf),
+                timeout=timeout_of(d, self.conf),
             )
             for d, t, jitter in built
         ]

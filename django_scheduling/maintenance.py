@@ -29,8 +29,8 @@ from .locking import LockConfiguration, LockError, get_lock_provider
 from .models import ScheduledTask, TaskLock
 from .outbox import Outbox
 from .outcomes import OutcomeWatch
-from .registry import TaskDefinition
 from .scheduler import RunRequest, Scheduler
+from .tasks.registry import TaskDefinition
 
 if TYPE_CHECKING:
     from .execution import TaskRunner

@@ -16,10 +16,11 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from . import engines, metrics
+from . import metrics
 from .clock import utcnow
 from .deadline import OUTCOME_TIMEOUT, call_with_deadline
 from .models import RunStatus, TaskRun
+from .tasks import engines
 
 __all__ = ["BATCH", "INTERVAL", "WATCH_FOR", "OutcomeWatch"]
 

@@ -20,9 +20,10 @@ from django.utils import timezone
 
 from . import signals
 from .conf import SchedulingSettings, get_settings
-from .registry import TaskDefinition, effective_timeout
 from .schedules.cron import CronExpression
 from .schedules.triggers import CronTrigger, FixedRateTrigger, Trigger
+from .tasks.registry import TaskDefinition
+from .tasks.resolved import resolve
 
 __all__ = ["crontab", "install", "monitor_config", "monitor_slug"]
 
@@ -89,16 +90,15 @@ def monitor_config(definition: TaskDefinition, conf: SchedulingSettings) -> dict
     - ``max_runtime``: the task's timeout (``timeout=``, ``TIMEOUT``), else its
       ``lock_at_most_for``, in whole minutes, at least 1.
     """
-    trigger = definition.trigger(timezone.get_default_timezone(), conf.misfire_threshold)
+    task = resolve(definition, conf, timezone.get_default_timezone())
+    trigger = task.trigger
     schedule = _schedule(trigger)
     if schedule is None:
         return None
-    jitter = conf.jitter if definition.jitter is None else definition.jitter
-    longest = effective_timeout(definition, conf) or definition.lock_at_most_for
     config: dict[str, Any] = {
         "schedule": schedule,
-        "checkin_margin": _minutes(conf.misfire_threshold + jitter),
-        "max_runtime": _minutes(longest or conf.lock_at_most_for),
+        "checkin_margin": _minutes(conf.misfire_threshold + task.jitter),
+        "max_runtime": _minutes(task.timeout or task.applied.lock_at_most_for),
     }
     if isinstance(trigger, CronTrigger):
         config["timezone"] = _zone_name(trigger.zone)

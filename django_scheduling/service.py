@@ -31,8 +31,8 @@ from .keepalive import KeepAlive
 from .locking import LockError, get_lock_provider
 from .locking.database import is_conflict
 from .outbox import Outbox
-from .registry import TaskDefinition, TaskRegistry, registry
 from .scheduler import Scheduler
+from .tasks.registry import TaskDefinition, TaskRegistry, registry
 from .writer import EndWriter
 
 __all__ = ["SchedulerService", "Liveness", "current_service"]

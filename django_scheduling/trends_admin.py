@@ -25,7 +25,6 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET
 
 from . import charts, trends
-from . import registry as registry_module
 from .admin_views import admin_settings, naturaltime_ago
 from .conf import SchedulingSettings
 from .formats import format_time
@@ -33,7 +32,8 @@ from .models import ScheduledTask
 from .schedules import timeline
 from .schedules.timeline import TaskPlan
 from .schedules.triggers import Trigger, TriggerState
-from .state import describe
+from .tasks import registry as registry_module
+from .tasks.resolved import resolve
 
 if TYPE_CHECKING:
     from django.contrib import admin
@@ -102,8 +102,8 @@ class TrendsMixin(_TaskAdminBase):
         rows = trends.recent_runs(name, using=conf.database)
         jitter = conf.jitter
         tasks = registry_module.registry
-        if name in tasks and (declared := tasks.get(name).jitter) is not None:
-            jitter = declared
+        if name in tasks and (definition := tasks.get(name)).error is None:
+            jitter = resolve(definition, conf, timezone.get_default_timezone()).jitter
         late_after = trends.LATE_START + jitter
         points = trends.run_points(rows, now=timezone.now(), late_after=late_after)
         return {
@@ -198,10 +198,10 @@ def task_plans(
         trigger: Trigger | None = None
         jitter = conf.jitter
         if name in tasks and (definition := tasks.get(name)).error is None:
-            jitter = conf.jitter if definition.jitter is None else definition.jitter
-            declared = definition.trigger(default_zone, conf.misfire_threshold + jitter)
-            if describe(declared) == stored:
-                trigger = declared
+            task = resolve(definition, conf, default_zone)
+            jitter = task.jitter
+            if task.described == stored:
+                trigger = task.trigger
         plans.append(TaskPlan(name, trigger, state, jitter, next_fire_time))
     return plans
 

@@ -19,7 +19,7 @@ from django.utils.html import strip_tags
 from django_scheduling import checks as scheduling_checks
 from django_scheduling.admin_views import breakable
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
-from django_scheduling.registry import TaskRegistry
+from django_scheduling.tasks.registry import TaskRegistry
 
 SCRIPT = "<script>alert(1)</script>"
 ESCAPED_SCRIPT = "&lt;script&gt;alert(1)&lt;/script&gt;"

@@ -14,7 +14,7 @@ from selenium.webdriver.remote.webelement import WebElement
 
 from django_scheduling import checks as scheduling_checks
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
-from django_scheduling.registry import TaskRegistry
+from django_scheduling.tasks.registry import TaskRegistry
 
 from .browser import WINDOW_SIZE, BrowserTestCase
 
@@ -589,7 +589,7 @@ class AttentionBrowserTests(BrowserTestCase):
         )
         registry = TaskRegistry()
         registry.add(lambda: None, fixed_rate="10s", name="poll.tasks.feed")
-        with mock.patch("django_scheduling.registry.registry", registry):
+        with mock.patch("django_scheduling.tasks.registry.registry", registry):
             self.open(reverse("admin:django_scheduling_scheduledtask_timeline"))
             strip = self.wait_for("#ds-timeline-strip")
         self.screenshot(f"attention-timeline-{LAPTOP}")

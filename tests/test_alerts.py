@@ -13,9 +13,9 @@ from django.test import TransactionTestCase, override_settings
 
 from django_scheduling import alerts
 from django_scheduling.models import RunStatus, TaskRun
-from django_scheduling.registry import TaskRegistry
 from django_scheduling.service import SchedulerService
 from django_scheduling.signals import task_failing
+from django_scheduling.tasks.registry import TaskRegistry
 
 from .processes import poll
 

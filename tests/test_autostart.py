@@ -269,8 +269,8 @@ class StartThreadTests(TransactionTestCase):
 
     def test_any_exception_is_logged_and_retried(self):
         from django_scheduling.conf import SchedulingSettings
-        from django_scheduling.registry import TaskDefinition, TaskRegistry
         from django_scheduling.service import SchedulerService
+        from django_scheduling.tasks.registry import TaskDefinition, TaskRegistry
 
         failures = ["once"]
 

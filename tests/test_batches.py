@@ -29,8 +29,8 @@ from django_scheduling.keepalive import KeepAlive
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.outbox import Outbox
-from django_scheduling.registry import TaskRegistry
 from django_scheduling.scheduler import SINGLE, Call, Entry
+from django_scheduling.tasks.registry import TaskRegistry
 from django_scheduling.writer import EndWriter
 
 from .test_execution import database_now, poll_until

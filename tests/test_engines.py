@@ -27,7 +27,7 @@ from django.test import TransactionTestCase, override_settings
 from django.urls import reverse
 from django_tasks_db.models import DBTaskResult
 
-from django_scheduling import engines, signals
+from django_scheduling import signals
 from django_scheduling.checks import check_engines, task_errors
 from django_scheduling.conf import get_settings
 from django_scheduling.context import EnqueuedTooLate
@@ -36,8 +36,9 @@ from django_scheduling.execution import TaskRunner
 from django_scheduling.locking import DatabaseLockProvider
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
 from django_scheduling.outcomes import WATCH_FOR, OutcomeWatch
-from django_scheduling.registry import TaskRegistry
 from django_scheduling.scheduler import Entry, RunRequest
+from django_scheduling.tasks import engines
+from django_scheduling.tasks.registry import TaskRegistry
 from tests.engines_celery import REDIS_URL
 from tests.engines_celery import app as celery_app
 from tests.testapp import engine_tasks
@@ -77,7 +78,7 @@ class DeclarationTests(TransactionTestCase):
         self.registry = TaskRegistry()
 
     def test_a_task_is_returned_unchanged_and_named_after_its_function(self):
-        from django_scheduling import registry as module
+        from django_scheduling.tasks import registry as module
 
         before = list(module.registry)
         try:
@@ -176,7 +177,7 @@ class DeclarationTests(TransactionTestCase):
         self.assertIn("'other'", error.hint)
 
     def test_immediate_backend_gives_a_warning(self):
-        from django_scheduling import registry as module
+        from django_scheduling.tasks import registry as module
 
         module.scheduled(fixed_rate="1h", name="immediate", kwargs={"name": "i"})(immediate_record)
         try:

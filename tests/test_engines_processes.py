@@ -25,9 +25,9 @@ import redis
 from django.test import TransactionTestCase
 from django_tasks_db.models import DBTaskResult
 
-from django_scheduling import engines
 from django_scheduling.clock import utcnow
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
+from django_scheduling.tasks import engines
 
 from .processes import (
     Process,

@@ -17,9 +17,9 @@ from django_scheduling.execution import TaskRunner, TaskSpec
 from django_scheduling.keepalive import KeepAlive
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
-from django_scheduling.registry import TaskRegistry
 from django_scheduling.scheduler import Entry, RunRequest
 from django_scheduling.schedules.triggers import FixedRateTrigger, TriggerState
+from django_scheduling.tasks.registry import TaskRegistry
 
 T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
 

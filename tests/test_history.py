@@ -11,13 +11,13 @@ from django.db.backends.signals import connection_created
 from django.test import TestCase, TransactionTestCase, override_settings
 
 from django_scheduling import history, maintenance, monitoring, state
-from django_scheduling import registry as registry_module
 from django_scheduling.clock import utcnow
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.monitoring import TaskState
-from django_scheduling.registry import TaskRegistry
 from django_scheduling.schedules.triggers import FixedRateTrigger, make_trigger
 from django_scheduling.service import SchedulerService
+from django_scheduling.tasks import registry as registry_module
+from django_scheduling.tasks.registry import TaskRegistry
 
 from .processes import poll
 

@@ -13,10 +13,10 @@ from django.core.management.base import SystemCheckError
 from django.test import SimpleTestCase, override_settings
 
 from django_scheduling import checks as scheduling_checks
-from django_scheduling import registry as registry_module
 from django_scheduling import scheduled
 from django_scheduling.conf import InvalidSettings, SchedulingSettings, get_settings
-from django_scheduling.registry import TaskRegistry
+from django_scheduling.tasks import registry as registry_module
+from django_scheduling.tasks.registry import TaskRegistry
 
 
 def job():

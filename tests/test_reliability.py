@@ -21,9 +21,9 @@ from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
 from django_scheduling.maintenance import free_locks_of_dead_processes, request_recoveries
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.process import identity
-from django_scheduling.registry import TaskRegistry
 from django_scheduling.scheduler import Entry, RunRequest
 from django_scheduling.service import SchedulerService
+from django_scheduling.tasks.registry import TaskRegistry
 
 from .processes import poll
 from .test_execution import Calls, Clock, make_runner

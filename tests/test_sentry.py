@@ -14,10 +14,10 @@ from sentry_sdk.transport import Transport
 from django_scheduling import sentry_crons
 from django_scheduling.conf import InvalidSettings, SchedulingSettings, get_settings
 from django_scheduling.models import RunStatus, TaskRun
-from django_scheduling.registry import TaskRegistry
 from django_scheduling.schedules.cron import CronExpression
 from django_scheduling.sentry_crons import crontab, monitor_config, monitor_slug
 from django_scheduling.service import SchedulerService
+from django_scheduling.tasks.registry import TaskRegistry
 
 from .processes import poll
 

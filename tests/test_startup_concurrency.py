@@ -18,8 +18,8 @@ from django.utils import timezone
 from django_scheduling import state
 from django_scheduling.conf import SchedulingSettings
 from django_scheduling.models import ScheduledTask
-from django_scheduling.registry import TaskRegistry
 from django_scheduling.service import SchedulerService
+from django_scheduling.tasks.registry import TaskRegistry
 
 from .processes import poll
 

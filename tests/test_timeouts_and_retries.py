@@ -16,9 +16,9 @@ from django.test import SimpleTestCase, TransactionTestCase
 from django_scheduling import cancel_requested, signals
 from django_scheduling.context import RunTimedOut
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
-from django_scheduling.registry import TaskRegistry
 from django_scheduling.schedules.decisions import retry_delay
 from django_scheduling.schedules.triggers import MISSED_COUNT_LIMIT, TriggerState, make_trigger
+from django_scheduling.tasks.registry import TaskRegistry
 
 from .test_batches import Instance
 from .test_execution import Clock, make_runner

@@ -21,11 +21,11 @@ from django.urls import reverse
 from django.utils import timezone
 from selenium.webdriver.common.by import By
 
-from django_scheduling import registry as registry_module
 from django_scheduling.models import ScheduledTask, TaskRun
-from django_scheduling.registry import TaskRegistry
 from django_scheduling.schedules import timeline
 from django_scheduling.state import sync_tasks
+from django_scheduling.tasks import registry as registry_module
+from django_scheduling.tasks.registry import TaskRegistry
 
 from .browser import BrowserTestCase
 

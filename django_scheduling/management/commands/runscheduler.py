@@ -18,9 +18,10 @@ from ... import metrics
 from ...autostart import describe_database_error
 from ...conf import get_settings
 from ...models import ScheduledTask
-from ...registry import TaskDefinition, registry
-from ...schedules.triggers import TriggerState, jitter_offset
+from ...schedules.triggers import TriggerState
 from ...service import SchedulerService
+from ...tasks.registry import TaskDefinition, registry
+from ...tasks.resolved import resolve
 
 
 class Command(BaseCommand):
@@ -154,23 +155,24 @@ class Command(BaseCommand):
     def _list(self, definitions: list[TaskDefinition] | None) -> None:
         now = timezone.now()
         zone = timezone.get_default_timezone()
+        conf = get_settings()
         definitions = list(registry) if definitions is None else definitions
         rows = self._rows([d.name for d in definitions])
         for definition in definitions:
             if definition.error:
                 self.stdout.write(f"{definition.name}  INVALID: {definition.error}")
                 continue
-            trigger = definition.trigger(zone)
-            described = trigger.describe()
+            # The times the scheduler uses: the trigger and jitter the settings give.
+            task = resolve(definition, conf, zone)
             row = rows.get(definition.name)
-            if row is None or row.trigger != described[:255]:
+            if row is None or row.trigger != task.described:
                 # Not scheduled yet, or with another trigger: the next start begins afresh.
-                first = trigger.next_fire_time(now=now, state=TriggerState())
-                when = f"next {_local(_jittered(definition, first))}"
+                first = task.trigger.next_fire_time(now=now, state=TriggerState())
+                when = f"next {_local(task.dispatch_time(first))}"
             else:
-                computed = trigger.next_fire_time(now=now, state=_state(row))
-                when = _row_state(row, _jittered(definition, computed))
-            self.stdout.write(f"{definition.name}  {described}  {when}")
+                computed = task.trigger.next_fire_time(now=now, state=_state(row))
+                when = _row_state(row, task.dispatch_time(computed))
+            self.stdout.write(f"{definition.name}  {task.trigger.describe()}  {when}")
 
     def _rows(self, names: list[str]) -> dict[str, ScheduledTask]:
         """Return the task rows of *names*; none, with a note, when the database cannot say."""
@@ -192,13 +194,6 @@ class Command(BaseCommand):
                 f"  {spec.name}  {spec.trigger.describe()}  ({lock})  "
                 f"next {_local(times.get(spec.name))}"
             )
-
-
-def _jittered(definition: TaskDefinition, moment: datetime | None) -> datetime | None:
-    """Return when the firing at *moment* is dispatched, as a scheduler stores it: after the
-    task's jitter."""
-    jitter = get_settings().jitter if definition.jitter is None else definition.jitter
-    return None if moment is None else moment + jitter_offset(definition.name, moment, jitter)
 
 
 def _state(row: ScheduledTask) -> TriggerState:

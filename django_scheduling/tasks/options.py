@@ -1,162 +1,24 @@
-"""Task definitions, the registry, and the ``@scheduled`` decorator.
-
-``@scheduled`` records a ``TaskDefinition`` and returns the function unchanged. A definition
-whose options are wrong is recorded with its error instead of raising at import: system checks
-(``manage.py check``) report it, and the scheduler refuses to start while any is left.
-"""
+"""The options of ``@scheduled``: one table of them, and the checks that turn a declaration
+into a ``TaskDefinition``. A mistake never raises: the definition carries it, for the system
+checks to report."""
 
 from __future__ import annotations
 
 import difflib
 import inspect
 import json
-import logging
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, tzinfo
+from collections.abc import Callable, Mapping
+from datetime import timedelta
 from types import FunctionType, MappingProxyType
-from typing import Any, Generic, TypeVar, overload
+from typing import Any
 
+from ..conf import NAME_LENGTH
+from ..schedules.durations import DurationLike, parse_duration
+from ..schedules.triggers import MissedRuns, make_trigger, trigger_key
 from . import engines
-from .conf import NAME_LENGTH, SchedulingSettings
-from .schedules.durations import DurationLike, parse_duration
-from .schedules.triggers import (
-    DEFAULT_MISFIRE_THRESHOLD,
-    MissedRuns,
-    Trigger,
-    make_trigger,
-    trigger_key,
-)
+from .definition import TaskDefinition, TaskOptions, origin_of
 
-__all__ = [
-    "TaskDefinition",
-    "TaskRegistry",
-    "registry",
-    "scheduled",
-    "autodiscover",
-    "effective_timeout",
-]
-
-logger = logging.getLogger(__name__)
-
-F = TypeVar("F", bound=Callable[..., Any])
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class TaskOptions:
-    """The options of a task besides its name, function, trigger and arguments. Immutable, and
-    one object for the tasks declared alike (see ``TaskDefinition``)."""
-
-    lock: bool = True
-    lock_at_most_for: timedelta | None = None
-    lock_at_least_for: timedelta | None = None
-    error: str | None = None
-    error_field: str | None = None
-    #: Run a lost run of this task again, once, on another instance.
-    recover: bool = False
-    #: Delay each firing by a deterministic offset in [0, jitter); None: the setting's JITTER.
-    jitter: timedelta | None = None
-    #: ``engines.DJANGO_TASKS`` or ``engines.CELERY`` when each firing enqueues *func*.
-    engine: str | None = None
-    #: Celery only: how long a message may wait for a worker; None: until the next fire time;
-    #: False: forever.
-    expires: timedelta | bool | None = None
-    #: A run longer than this is reported as timed out; None: the setting's TIMEOUT.
-    timeout: timedelta | None = None
-    #: How many times a failed in-process run is tried again for the same fire time.
-    retries: int = 0
-    #: The wait before the first retry, doubled for each next one, up to ``retry_backoff_max``.
-    retry_backoff: timedelta = timedelta(seconds=1)
-    retry_backoff_max: timedelta = timedelta(minutes=10)
-
-
-class _Option(Generic[T]):
-    """A task's option, read from its ``TaskOptions`` as if it were the definition's own."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, definition: TaskDefinition | None, owner: type | None = None) -> T:
-        if definition is None:
-            return self  # type: ignore[return-value]  # looked up on the class
-        value: T = getattr(definition.options, self.name)
-        return value
-
-
-@dataclass(frozen=True, slots=True)
-class TaskDefinition:
-    """A task as declared in code: the function (or the django.tasks / Celery task that each
-    firing enqueues), its trigger options, the arguments of each call and its other options.
-
-    One per task for as long as the process runs: what tasks declared alike have in common
-    (the trigger's options, ``options``) is one object shared by them all.
-    """
-
-    name: str
-    func: Any
-    #: The trigger's options as declared; one dict is shared by the tasks declared alike, so
-    #: it is read, never changed.
-    trigger_options: dict[str, Any] = field(hash=False)
-    #: The arguments of each call (or enqueue).
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    options: TaskOptions = TaskOptions()
-
-    lock = _Option[bool]()
-    lock_at_most_for = _Option[timedelta | None]()
-    lock_at_least_for = _Option[timedelta | None]()
-    error = _Option[str | None]()
-    error_field = _Option[str | None]()
-    recover = _Option[bool]()
-    jitter = _Option[timedelta | None]()
-    engine = _Option[str | None]()
-    expires = _Option[timedelta | bool | None]()
-    timeout = _Option[timedelta | None]()
-    retries = _Option[int]()
-    retry_backoff = _Option[timedelta]()
-    retry_backoff_max = _Option[timedelta]()
-
-    @property
-    def is_async(self) -> bool:
-        return self.engine is None and inspect.iscoroutinefunction(self.func)
-
-    @property
-    def origin(self) -> str:
-        return _origin(self.func, self.engine)
-
-    def trigger(
-        self, default_zone: tzinfo, misfire_threshold: timedelta = DEFAULT_MISFIRE_THRESHOLD
-    ) -> Trigger:
-        """Return this task's trigger; a cron task without ``zone=`` uses *default_zone*.
-
-        Tasks declared alike get the same trigger object: triggers are immutable.
-        """
-        return make_trigger(
-            **self.trigger_options,
-            default_zone=default_zone,
-            misfire_threshold=misfire_threshold,
-        )
-
-
-def effective_timeout(definition: TaskDefinition, conf: SchedulingSettings) -> timedelta | None:
-    """Return the timeout of *definition*'s runs: its ``timeout=``, else ``TIMEOUT``, which a
-    django.tasks Task does not take (the framework has no time limit)."""
-    if definition.timeout is not None:
-        return definition.timeout
-    return None if definition.engine == engines.DJANGO_TASKS else conf.timeout
-
-
-def _origin(func: Any, engine: str | None) -> str:
-    """Return the dotted path of the function behind *func* (a task object's own class lives
-    in ``django.tasks.base`` or ``celery.local``, which says nothing of the task)."""
-    function = engines.function_of(func, engine)
-    if function is None:
-        return f"{engine} task {getattr(func, 'name', '?')}"
-    # A callable object has no name of its own: its class names it.
-    module = getattr(function, "__module__", None) or type(function).__module__
-    qualname = getattr(function, "__qualname__", None) or type(function).__qualname__
-    return f"{module}.{qualname}"
+__all__ = ["OPTIONS", "RETRY_BACKOFF", "RETRY_BACKOFF_MAX", "declared", "invalid", "unknown_option"]
 
 
 #: The keyword arguments of the tasks called without any; read-only, as it is shared.
@@ -224,7 +86,7 @@ def unknown_option(key: str) -> str:
     return f"the options are {', '.join(name + '=' for name in OPTIONS)}"
 
 
-def _definition(func: Any, given: Mapping[str, Any]) -> TaskDefinition:
+def declared(func: Any, given: Mapping[str, Any]) -> TaskDefinition:
     """Return the definition that ``@scheduled(**given)`` on *func* declares; a mistake in
     *given* makes a definition that carries its error, never an exception."""
     engine = engines.engine_of(func)
@@ -241,7 +103,7 @@ def _definition(func: Any, given: Mapping[str, Any]) -> TaskDefinition:
     timeout, retries = options.pop("timeout"), options.pop("retries")
     backoff, backoff_max = options.pop("retry_backoff"), options.pop("retry_backoff_max")
     trigger_options = _shared({key: value for key, value in options.items() if value is not None})
-    origin = _origin(func, engine)
+    origin = origin_of(func, engine)
     task_name = name if name is not None else origin
     if not isinstance(task_name, str) or not task_name.strip():
         # An error definition is still kept by name: one that is no name takes its origin.
@@ -391,6 +253,12 @@ def _limits(
     }
 
 
+def invalid(func: Any, name: str, error: str) -> TaskDefinition:
+    """Return the definition of a task whose declaration is wrong beyond its options (a bare
+    ``@scheduled``, a positional argument): it carries *error*, for the checks to report."""
+    return _defined(name, func, {}, error=error, error_field="option")
+
+
 def _defined(
     name: str,
     func: Any,
@@ -537,183 +405,3 @@ class _Invalid(Exception):
         super().__init__(message)
         self.field = field
         self.message = message
-
-
-class TaskRegistry:
-    """The tasks declared in code, by name."""
-
-    def __init__(self) -> None:
-        self._tasks: dict[str, TaskDefinition] = {}
-        self.duplicates: list[tuple[TaskDefinition, TaskDefinition]] = []
-
-    def add(self, func: Any, **options: Any) -> TaskDefinition:
-        """Record *func* as a task declared with *options* (those of ``@scheduled``) and
-        return its definition. Never raises: a mistake is kept in the definition's ``error``,
-        for the system checks to report."""
-        try:
-            definition = _definition(func, options)
-        except Exception as exc:  # a value that breaks a check itself: still a check error
-            definition = _defined(
-                _origin_or_repr(func),
-                func,
-                {},
-                error=f"@scheduled() could not read its options: {type(exc).__name__}: {exc}",
-                error_field="option",
-            )
-        return self._keep(definition)
-
-    def _keep(self, definition: TaskDefinition) -> TaskDefinition:
-        existing = self._tasks.get(definition.name)
-        # The same name from another function, or twice on one function with other options
-        # (two @scheduled lines without distinct names); the same declaration again (a module
-        # imported once more) replaces its definition.
-        if existing is not None and (
-            existing.origin != definition.origin
-            or (existing.func is definition.func and existing != definition)
-        ):
-            self.duplicates.append((existing, definition))
-        else:
-            self._tasks[definition.name] = definition
-        return definition
-
-    def __iter__(self) -> Iterator[TaskDefinition]:
-        return iter(sorted(self._tasks.values(), key=lambda d: d.name))
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tasks
-
-    def get(self, name: str) -> TaskDefinition:
-        return self._tasks[name]
-
-    def errors(self) -> list[str]:
-        """Return one line per mistake in the declared tasks; empty when all is well."""
-        lines = [f"task {d.name!r} ({d.origin}): {d.error}" for d in self if d.error]
-        lines += [
-            f"two tasks are named {second.name!r}: {first.origin} and {second.origin}; "
-            "give one of them another name='...'"
-            for first, second in self.duplicates
-        ]
-        return lines
-
-
-registry = TaskRegistry()
-
-
-@overload
-def scheduled(func: F, /) -> F: ...  # a bare @scheduled: an error that manage.py check reports
-
-
-@overload
-def scheduled(
-    *,
-    cron: str | None = None,
-    zone: str | tzinfo | None = None,
-    fixed_rate: DurationLike | None = None,
-    fixed_delay: DurationLike | None = None,
-    initial_delay: DurationLike | None = None,
-    at: datetime | None = None,
-    missed: MissedRuns | str = MissedRuns.COALESCE,
-    name: str | None = None,
-    lock: bool = True,
-    lock_at_most_for: DurationLike | None = None,
-    lock_at_least_for: DurationLike | None = None,
-    recover: bool = False,
-    jitter: DurationLike | None = None,
-    args: tuple[Any, ...] | list[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    expires: DurationLike | bool | None = None,
-    timeout: DurationLike | None = None,
-    retries: int = 0,
-    retry_backoff: DurationLike | None = None,
-    retry_backoff_max: DurationLike | None = None,
-) -> Callable[[F], F]: ...
-
-
-def scheduled(*given: Any, **options: Any) -> Any:
-    """Declare the decorated function a scheduled task and return it unchanged.
-
-    Give exactly one trigger: ``cron=`` (with an optional ``zone=``), ``fixed_rate=``,
-    ``fixed_delay=`` (both with an optional ``initial_delay=``) or ``at=`` (one shot).
-    ``args=`` and ``kwargs=`` are the arguments of each call. On a django.tasks ``Task`` or a
-    Celery task, each firing enqueues the task instead of calling it; ``expires=`` (Celery
-    only) bounds how long its message may wait for a worker: by default until the task's next
-    fire time, ``False`` for ever. Several ``@scheduled`` lines with distinct ``name=`` give
-    one callable several schedules.
-
-    A mistake (an unknown keyword, a value of the wrong type, a bare ``@scheduled`` without
-    parentheses) never raises: the task is recorded with its error, which ``manage.py check``
-    reports, and the function is returned unchanged all the same.
-    """
-    if given:
-        if len(given) == 1 and not options and _decoratable(given[0]):
-            # A bare @scheduled: the function came where the options should be.
-            func = given[0]
-            registry._keep(
-                _defined(
-                    _origin_or_repr(func),
-                    func,
-                    {},
-                    error="@scheduled needs its options in parentheses: write "
-                    "@scheduled(cron=...), @scheduled(fixed_rate=...) or "
-                    "@scheduled(fixed_delay=...)",
-                    error_field="option",
-                )
-            )
-            return func
-        positional = given[0]
-
-        def refuse(func: F) -> F:
-            hint = f"; did you mean cron={positional!r}?" if isinstance(positional, str) else ""
-            registry._keep(
-                _defined(
-                    _origin_or_repr(func),
-                    func,
-                    {},
-                    error=f"@scheduled() takes options by keyword only, got the positional "
-                    f"argument {positional!r}{hint}",
-                    error_field="option",
-                )
-            )
-            return func
-
-        return refuse
-
-    def decorate(func: F) -> F:
-        registry.add(func, **options)
-        return func
-
-    return decorate
-
-
-def _decoratable(obj: object) -> bool:
-    """Return whether *obj* is what ``@scheduled`` decorates: a function or a task object."""
-    return engines.engine_of(obj) is not None or inspect.isroutine(obj) or inspect.isclass(obj)
-
-
-def _origin_or_repr(func: Any) -> str:
-    """Return the dotted path of *func*, or its repr when it has none."""
-    try:
-        return _origin(func, engines.engine_of(func))[:NAME_LENGTH]
-    except Exception:
-        return repr(func)[:NAME_LENGTH]
-
-
-def autodiscover() -> None:
-    """Import the task module (``SCHEDULING['TASK_MODULE']``) of every installed app."""
-    from django.conf import settings
-    from django.core.exceptions import ImproperlyConfigured
-    from django.utils.module_loading import autodiscover_modules
-
-    from .conf import DEFAULTS, get_settings
-
-    try:
-        module = get_settings().task_module
-    except ImproperlyConfigured:
-        # The system checks report the setting; discover with what can be read of it.
-        raw = getattr(settings, "SCHEDULING", None)
-        given = raw.get("TASK_MODULE") if isinstance(raw, Mapping) else None
-        module = given if isinstance(given, str) and given else DEFAULTS["TASK_MODULE"]
-    autodiscover_modules(module)

@@ -215,7 +215,7 @@ def outcome(backend: str, result_id: str) -> str:
     seconds: the lookup runs on a small shared thread pool. An engine that cannot tell, fails
     to answer, or does not answer in time is said so.
     """
-    from .deadline import OUTCOME_TIMEOUT, MissedDeadline, call_with_deadline
+    from ..deadline import OUTCOME_TIMEOUT, MissedDeadline, call_with_deadline
 
     lookup: Callable[[], str]
     try:
