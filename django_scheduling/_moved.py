@@ -28,6 +28,10 @@ MOVED = {
     "timeline": "schedules.timeline",
     "registry": "tasks.registry",
     "engines": "tasks.engines",
+    "state": "storage.task_rows",
+    "history": "storage.history",
+    "dbvalues": "storage.sql",
+    "dbconnection": "storage.connections",
 }
 
 _PACKAGE = "django_scheduling"

@@ -45,7 +45,7 @@ def _sync_after_migrate(*, using: str, **kwargs: Any) -> None:
 
     from .conf import get_settings
     from .models import ScheduledTask
-    from .state import sync_tasks
+    from .storage.task_rows import sync_tasks
     from .tasks.registry import registry
 
     try:

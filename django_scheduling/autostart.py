@@ -17,7 +17,6 @@ import atexit
 import contextlib
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -34,8 +33,6 @@ __all__ = [
     "management_command",
     "running_service",
     "refused_because",
-    "missing_table",
-    "describe_database_error",
 ]
 
 logger = logging.getLogger(__name__)
@@ -277,39 +274,3 @@ def _exit_timeout() -> float | None:
 def running_service() -> object | None:
     """Return the scheduler service autostarted in this process, if any."""
     return _service if _service_pid == os.getpid() else None
-
-
-# Missing-table errors: SQLite's text, MySQL/MariaDB's ER_NO_SUCH_TABLE, PostgreSQL's SQLSTATE
-# undefined_table (psycopg 2 calls it pgcode, psycopg 3 sqlstate) and its text.
-_NO_SUCH_TABLE = 1146
-_UNDEFINED_TABLE = "42P01"
-_MISSING_TABLE_TEXT = re.compile(r"^no such table: |^relation \S+ does not exist")
-
-
-def missing_table(exc: BaseException) -> bool:
-    """Return whether the database error *exc* (or an error it was raised from) says that a
-    table does not exist, as it does before ``migrate``."""
-    seen: set[int] = set()
-    error: BaseException | None = exc
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        args = getattr(error, "args", ())
-        if args and args[0] == _NO_SUCH_TABLE:
-            return True
-        if _UNDEFINED_TABLE in (getattr(error, "sqlstate", None), getattr(error, "pgcode", None)):
-            return True
-        if args and isinstance(args[0], str) and _MISSING_TABLE_TEXT.search(args[0]):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
-def describe_database_error(exc: BaseException) -> str:
-    """Say why the scheduler cannot use the database, and what to do when it is a missing
-    table."""
-    if missing_table(exc):
-        return (
-            f"the database has no django_scheduling tables yet ({exc}); "
-            "run `python manage.py migrate`"
-        )
-    return f"the database is unavailable ({exc})"

@@ -17,7 +17,7 @@ from django.core import checks
 from django.db import connections
 
 from .conf import InvalidSettings, SchedulingSettings, get_settings
-from .locking import SUPPORTED_VENDORS
+from .storage.errors import SUPPORTED_VENDORS
 from .tasks import engines
 from .tasks.registry import TaskDefinition, TaskRegistry, registry
 

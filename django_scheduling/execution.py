@@ -50,14 +50,12 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone, translation
 
-from . import history, metrics, signals, state
+from . import metrics, signals
 from .clock import utcnow
 from .conf import SchedulingSettings
 from .context import EnqueuedTooLate, RunTimedOut, current_fire_time, firing_context
-from .dbconnection import KeptConnection
 from .keepalive import KeepAlive, KeptAliveLock, WaitingLocks
 from .locking import LockConfiguration, LockError, LockProvider
-from .locking.database import is_conflict
 from .models import RunStatus
 from .outbox import Outbox
 from .pool import PoolStats
@@ -65,6 +63,9 @@ from .scheduler import SINGLE, Call, Entry, Firing, Outcome, RunRequest
 from .schedules.decisions import TRIGGER_CHANGED, Run, Skip, decide, retry_delay
 from .schedules.durations import format_duration
 from .schedules.triggers import Trigger, TriggerState, jitter_offset, kept_state
+from .storage import history, task_rows
+from .storage.connections import KeptConnection
+from .storage.errors import is_conflict
 from .tasks import engines
 from .tasks.registry import TaskDefinition
 from .tasks.resolved import timeout_of
@@ -166,7 +167,7 @@ class TaskSpec(Entry):
     @property
     def described(self) -> str:
         """The trigger as the row stores it (triggers keep their description)."""
-        return state.describe(self.trigger)
+        return task_rows.describe(self.trigger)
 
     database_failures = _trouble_field("database_failures")
     recheck = _trouble_field("recheck")
@@ -354,7 +355,7 @@ class TaskRunner:
             # A firing woken up to *jitter* after its fire time is late by design, not missed.
             threshold = self.conf.misfire_threshold + jitter
             built.append((definition, definition.trigger(self.default_zone, threshold), jitter))
-        states = state.sync_tasks(
+        states = task_rows.sync_tasks(
             [(d.name, t) for d, t, _ in built], now=now, using=self.using, complete=complete
         )
         return [
@@ -421,7 +422,7 @@ class TaskRunner:
 
     def _run_unlocked(self, spec: TaskSpec, firing: Firing) -> datetime | None:
         """Run on this instance whatever the others do; the schedule is kept in memory."""
-        row = state.read_row(spec.name, using=self.using)
+        row = task_rows.read_row(spec.name, using=self.using)
         self._database_answered(spec)
         now = self.clock()
         if isinstance(firing, RunRequest):
@@ -461,11 +462,11 @@ class TaskRunner:
         ran, run_id = False, None
         fire_time: datetime | None = None
         try:
-            row = state.read_row(spec.name, using=self.using)
+            row = task_rows.read_row(spec.name, using=self.using)
             self._database_answered(spec)
             if row is None:  # deleted while the scheduler ran
-                state.ensure_row(spec.name, spec.trigger, now=self.clock(), using=self.using)
-                row = state.read_row(spec.name, using=self.using)
+                task_rows.ensure_row(spec.name, spec.trigger, now=self.clock(), using=self.using)
+                row = task_rows.read_row(spec.name, using=self.using)
                 assert row is not None
             spec.state = row.state
             decision = decide(spec.trigger, spec.described, row, now=self.clock(), firing=firing)
@@ -486,7 +487,7 @@ class TaskRunner:
         """Return whether the fire time being looked at again was claimed meanwhile (one read,
         without the lock); if so, the schedule moves on from it."""
         assert spec.recheck is not None
-        claimed = state.read_last_fire_time(spec.name, using=self.using)
+        claimed = task_rows.read_last_fire_time(spec.name, using=self.using)
         self._database_answered(spec)
         if claimed is None or claimed < spec.recheck:
             return False
@@ -507,7 +508,7 @@ class TaskRunner:
         """Return whether the row still holds the newer deployment's trigger (one read,
         without the lock): an older deployment that skips each firing must not hold the lock,
         for ``lock_at_least_for``, when the newer one needs it."""
-        row = state.read_row(spec.name, using=self.using)
+        row = task_rows.read_row(spec.name, using=self.using)
         self._database_answered(spec)
         if row is not None and row.trigger and row.trigger != spec.described:
             return True
@@ -515,7 +516,11 @@ class TaskRunner:
         return False
 
     def _execute(
-        self, spec: TaskSpec, decision: Run, row: state.TaskRow | None, held: KeptAliveLock | None
+        self,
+        spec: TaskSpec,
+        decision: Run,
+        row: task_rows.TaskRow | None,
+        held: KeptAliveLock | None,
     ) -> tuple[bool, int | None]:
         """Take the run (claim or request), call the task and record its end; return whether
         it ran (not when another instance took the firing first) and the run's id (``None``
@@ -556,7 +561,7 @@ class TaskRunner:
         self,
         spec: TaskSpec,
         decision: Run,
-        row: state.TaskRow | None,
+        row: task_rows.TaskRow | None,
         started: datetime,
         run_id: int | None,
     ) -> tuple[bool, datetime | None, datetime | None]:
@@ -573,7 +578,7 @@ class TaskRunner:
                     now=started, state=replace(spec.state, last_fire_time=fire_time)
                 ),
             )
-            taken = state.claim(
+            taken = task_rows.claim(
                 spec.name,
                 fire_time,
                 using=self.using,
@@ -583,15 +588,19 @@ class TaskRunner:
             )
             seen = fire_time
         elif request is not None and request.recover_run_id is not None:
-            taken = state.take_recovery(spec.name, request.recover_run_id, using=self.using)
+            taken = task_rows.take_recovery(spec.name, request.recover_run_id, using=self.using)
         elif request is not None and request.requested_at is not None:
-            taken = state.take_run_request(spec.name, request.requested_at, using=self.using)
+            taken = task_rows.take_run_request(spec.name, request.requested_at, using=self.using)
         else:
             taken = True
         return taken, planned, seen
 
     def _enqueue(
-        self, spec: TaskSpec, decision: Run, row: state.TaskRow | None, held: KeptAliveLock | None
+        self,
+        spec: TaskSpec,
+        decision: Run,
+        row: task_rows.TaskRow | None,
+        held: KeptAliveLock | None,
     ) -> tuple[bool, int | None]:
         """Take the run and hand the task to its engine instead of calling it; return whether
         it was taken, and the run's id.
@@ -1078,7 +1087,7 @@ class TaskRunner:
     def _claim_batch(
         self, specs: list[TaskSpec], firings: list[Firing], outcomes: list[Outcome]
     ) -> None:
-        found = state.read_rows([spec.name for spec in specs], using=self.using)
+        found = task_rows.read_rows([spec.name for spec in specs], using=self.using)
         now = self.clock()
         # A burst claimed ahead of its instant is decided, claimed and recorded as at that
         # instant: what every instance decides then (see ``scheduler.claim_ahead``).
@@ -1190,7 +1199,7 @@ class TaskRunner:
         if not missed:
             return {}
         try:
-            claims = state.read_claims(list(missed), using=self.using)
+            claims = task_rows.read_claims(list(missed), using=self.using)
         except DatabaseError as exc:
             # After the commit: the claimed firings must still start. These are looked at
             # again, as any firing found locked is.
@@ -1301,9 +1310,9 @@ class TaskRunner:
             if not self.conf.history:
                 # No run id to tell this instance's claims from another's afterwards: claim
                 # only the rows found claimable, locked until the commit.
-                open_rows = state.claimable(fire_time, claims, using=self.using)
+                open_rows = task_rows.claimable(fire_time, claims, using=self.using)
                 claims = [claim for claim in claims if claim[0] in open_rows]
-            count = state.claim_many(fire_time, claims, using=self.using)
+            count = task_rows.claim_many(fire_time, claims, using=self.using)
             if count == len(claims):
                 claimed.update((name, planned) for name, _, _, planned in claims)
                 continue
@@ -1311,7 +1320,7 @@ class TaskRunner:
             # newer deployment. The run id written by the claim tells which are this one's.
             # (With the history off the claimable rows were locked first: this cannot happen;
             # if it did, a row at this fire time would not be counted as this instance's.)
-            rows = state.read_claims([name for name, _, _, _ in claims], using=self.using)
+            rows = task_rows.read_claims([name for name, _, _, _ in claims], using=self.using)
             for name, _, run_id, planned in claims:
                 if run_id is not None and rows.get(name) == (fire_time, run_id):
                     claimed[name] = planned
@@ -1391,7 +1400,7 @@ class TaskRunner:
         if spec.trigger.kind == "fixed_delay" or next_time != planned:
 
             def row_write() -> None:
-                if not state.record_finish(
+                if not task_rows.record_finish(
                     spec.name,
                     using=self.using,
                     seen_fire_time=fire_time,
@@ -1501,7 +1510,7 @@ class TaskRunner:
                     backend=backend,
                     result_id=result_id,
                 )
-            if write_row and not state.record_finish(
+            if write_row and not task_rows.record_finish(
                 spec.name,
                 using=self.using,
                 seen_fire_time=seen,
@@ -1531,7 +1540,7 @@ class TaskRunner:
         That sync resets the row's fire-time state, which fences out the end of a run under
         way here although the run kept its lock (the unlock tells whether it did).
         """
-        row = state.read_row(spec.name, using=self.using)
+        row = task_rows.read_row(spec.name, using=self.using)
         if row is None or row.trigger == spec.described:
             return False
         logger.info(
@@ -1549,7 +1558,7 @@ class TaskRunner:
         try:
             if run_id is not None and not history.flag_lock_lost(using=self.using, run_id=run_id):
                 return  # reported already
-            row = state.read_row(spec.name, using=self.using)
+            row = task_rows.read_row(spec.name, using=self.using)
             if row is not None and row.last_run_id != run_id:
                 other = row.last_run_id
         except DatabaseError:
@@ -1587,7 +1596,7 @@ class TaskRunner:
                 spec.name,
             )
         if decision.claim is not None:  # paused: the fire time is served without a run
-            state.claim(
+            task_rows.claim(
                 spec.name,
                 decision.claim,
                 using=self.using,
@@ -1616,7 +1625,7 @@ class TaskRunner:
         return self._next(spec)
 
     def _locked_elsewhere(
-        self, spec: TaskSpec, firing: Firing, holder: state.Holder | bool | None = False
+        self, spec: TaskSpec, firing: Firing, holder: task_rows.Holder | bool | None = False
     ) -> datetime | None:
         """The lock is held by another instance (or a process that died)."""
         now = self.clock()
@@ -1652,7 +1661,7 @@ class TaskRunner:
         return due if due is not None and due <= woken else woken
 
     def _watch_holder(
-        self, spec: TaskSpec, now: datetime, holder: state.Holder | bool | None = False
+        self, spec: TaskSpec, now: datetime, holder: task_rows.Holder | bool | None = False
     ) -> None:
         """Warn when the lock stays with the same holder for longer than the task ever ran.
 
@@ -1665,7 +1674,7 @@ class TaskRunner:
             return
         spec.locked_since = now
         if holder is False or holder is True:
-            holder = state.read_lock_holder(spec.name, using=self.using)
+            holder = task_rows.read_lock_holder(spec.name, using=self.using)
         if holder is not None and holder == spec.locked_holder:
             logger.warning(
                 "%s was skipped: its lock has been held by %s since %s, longer than it ever ran "

@@ -18,26 +18,14 @@ pids), for a holder of ``HEALTH_TOKEN`` or a staff user.
 from __future__ import annotations
 
 import logging
-import os
 from datetime import datetime, timedelta
 from typing import Any
-
-from django.db import IntegrityError
 
 from .checks import scheduler_errors
 from .models import ScheduledTask, SchedulerInstance
 from .monitoring import overdue_tasks
 
-__all__ = [
-    "ALIVE_INTERVALS",
-    "DEAD_SHOWN_FOR",
-    "INSTANCE_RETENTION",
-    "beat",
-    "forget_instance",
-    "forget_old_instances",
-    "public",
-    "report",
-]
+__all__ = ["ALIVE_INTERVALS", "DEAD_SHOWN_FOR", "public", "report"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,32 +33,6 @@ logger = logging.getLogger(__name__)
 ALIVE_INTERVALS = 3
 #: An instance that stopped without removing its heartbeat (it died) is listed this long.
 DEAD_SHOWN_FOR = timedelta(minutes=10)
-#: Rows of instances not seen for this long are deleted.
-INSTANCE_RETENTION = timedelta(days=1)
-
-
-def beat(*, name: str, host: str, started_at: datetime, now: datetime, using: str) -> None:
-    """Record that instance *name* is alive at *now*."""
-    instances = SchedulerInstance.objects.using(using)
-    if instances.filter(name=name).update(last_seen=now):
-        return
-    try:
-        instances.create(
-            name=name, host=host, pid=os.getpid(), started_at=started_at, last_seen=now
-        )
-    except IntegrityError:  # created meanwhile by an earlier beat that was thought lost
-        instances.filter(name=name).update(last_seen=now)
-
-
-def forget_instance(*, name: str, using: str) -> None:
-    """Remove the heartbeat of instance *name*, which has stopped."""
-    SchedulerInstance.objects.using(using).filter(name=name).delete()
-
-
-def forget_old_instances(*, now: datetime, using: str) -> int:
-    """Delete the rows of instances not seen for ``INSTANCE_RETENTION``; return how many."""
-    old = SchedulerInstance.objects.using(using).filter(last_seen__lt=now - INSTANCE_RETENTION)
-    return old.delete()[0]
 
 
 def public(full: dict[str, Any]) -> dict[str, Any]:

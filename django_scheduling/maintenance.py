@@ -22,7 +22,7 @@ from django.db import DatabaseError, close_old_connections
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Now
 
-from . import health, history, metrics, process
+from . import metrics, process
 from .clock import utcnow
 from .conf import SchedulingSettings
 from .locking import LockConfiguration, LockError, get_lock_provider
@@ -30,6 +30,7 @@ from .models import ScheduledTask, TaskLock
 from .outbox import Outbox
 from .outcomes import OutcomeWatch
 from .scheduler import RunRequest, Scheduler
+from .storage import history, instances
 from .tasks.registry import TaskDefinition
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ class Maintenance:
         next one: it must not count as the database failing this pass, which would wake the
         tasks that back off from a database that takes reads but fails writes."""
         try:
-            health.beat(
+            instances.beat(
                 name=self.conf.instance_name,
                 host=process.hostname(),
                 started_at=self.started_at,
@@ -196,7 +197,7 @@ class Maintenance:
             lost = history.mark_lost_runs(now=now, using=using)
             recovering = request_recoveries(lost, self.definitions, using=using)
             pruned = history.prune(older_than=now - self.conf.history_retention, using=using)
-            health.forget_old_instances(now=now, using=using)
+            instances.forget_old_instances(now=now, using=using)
             if lost or pruned:
                 logger.info(
                     "Housekeeping: %d lost run(s) marked (%d to recover), %d old run(s) pruned",

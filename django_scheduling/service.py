@@ -24,14 +24,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
-from . import maintenance, state
+from . import maintenance
 from .conf import SchedulingSettings, get_settings
 from .execution import TaskRunner, TaskSpec
 from .keepalive import KeepAlive
 from .locking import LockError, get_lock_provider
-from .locking.database import is_conflict
 from .outbox import Outbox
 from .scheduler import Scheduler
+from .storage import task_rows
+from .storage.errors import describe_database_error, is_conflict
 from .tasks.registry import TaskDefinition, TaskRegistry, registry
 from .writer import EndWriter
 
@@ -181,7 +182,7 @@ class SchedulerService:
         first_times = {spec.name: self.scheduler.add(spec) for spec in specs}
         self._retrying(
             "publishing the next fire times",
-            lambda: state.publish_next_fire_times(first_times, using=conf.database),
+            lambda: task_rows.publish_next_fire_times(first_times, using=conf.database),
         )
         close_old_connections()
         self.keepalive.start()  # before the first firing can run
@@ -256,8 +257,6 @@ class SchedulerService:
         raise ``ImproperlyConfigured`` here, at once.
         """
         from django.apps import apps
-
-        from .autostart import describe_database_error
 
         self.check()
         _make_current(self)
@@ -400,7 +399,7 @@ class SchedulerService:
 
     def _deregister(self) -> None:
         """Remove this instance's heartbeat: the health report counts it gone at once."""
-        from .health import forget_instance
+        from .storage.instances import forget_instance
 
         try:
             forget_instance(name=self.conf.instance_name, using=self.conf.database)

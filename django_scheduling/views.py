@@ -20,12 +20,13 @@ from django.utils.crypto import constant_time_compare
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from .autostart import missing_table, refused_because
+from .autostart import refused_because
 from .checks import scheduler_errors
 from .clock import utcnow
 from .conf import InvalidSettings, get_settings
 from .health import public, report
 from .service import current_service
+from .storage.errors import missing_table
 
 __all__ = ["health", "live", "liveness_body"]
 

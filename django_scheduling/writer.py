@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, connections, transaction
 
-from . import history
-from .dbconnection import KeptConnection
 from .locking import Lock, LockError
-from .locking.database import is_conflict
 from .outbox import Outbox
+from .storage import history
+from .storage.connections import KeptConnection
+from .storage.errors import is_conflict
 
 __all__ = ["EndWriter", "Finished"]
 

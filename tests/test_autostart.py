@@ -23,12 +23,8 @@ import pytest
 from django.db import DatabaseError, OperationalError, ProgrammingError, connection
 from django.test import SimpleTestCase, TransactionTestCase
 
-from django_scheduling.autostart import (
-    _stop_on_interrupt,
-    describe_database_error,
-    missing_table,
-    serving_mode,
-)
+from django_scheduling.autostart import _stop_on_interrupt, serving_mode
+from django_scheduling.storage.errors import describe_database_error, missing_table
 
 from .processes import ROOT, Process, poll, process_env
 from .testapp.models import Execution

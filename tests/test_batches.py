@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
 
 from django_scheduling import scheduler as scheduler_module
-from django_scheduling import signals, state
+from django_scheduling import signals
 from django_scheduling.conf import get_settings
 from django_scheduling.execution import TaskRunner
 from django_scheduling.keepalive import KeepAlive
@@ -30,6 +30,7 @@ from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, L
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.outbox import Outbox
 from django_scheduling.scheduler import SINGLE, Call, Entry
+from django_scheduling.storage import task_rows
 from django_scheduling.tasks.registry import TaskRegistry
 from django_scheduling.writer import EndWriter
 
@@ -358,15 +359,15 @@ class BatchTests(TransactionTestCase):
         a, b = self.instance("a"), self.instance("b")
         entries_a, entries_b = a.entries(definitions), b.entries(definitions)
         names = [entry.name for entry in entries_b]
-        before = state.read_rows(names, using="default")  # b reads, then a claims
+        before = task_rows.read_rows(names, using="default")  # b reads, then a claims
         claimed = a.batch(entries_a, T0)
         self.assertTrue(all(isinstance(outcome, Call) for outcome in claimed))
-        read_rows = state.read_rows
-        state.read_rows = lambda *args, **kwargs: before
+        read_rows = task_rows.read_rows
+        task_rows.read_rows = lambda *args, **kwargs: before
         try:
             outcomes = b.batch(entries_b, T0)
         finally:
-            state.read_rows = read_rows
+            task_rows.read_rows = read_rows
         # b found the locks taken and the fire time claimed: it moves on to the next one,
         # rather than look again a second later.
         self.assertEqual(outcomes, [T0 + timedelta(seconds=10)] * 4)
@@ -380,7 +381,7 @@ class BatchTests(TransactionTestCase):
         definitions, _ = self.tasks(2)
         a, b = self.instance("a"), self.instance("b")
         entries_a, entries_b = a.entries(definitions), b.entries(definitions)
-        before = state.read_rows([entry.name for entry in entries_b], using="default")
+        before = task_rows.read_rows([entry.name for entry in entries_b], using="default")
         self.clock.now = T0 + timedelta(seconds=10)
         claimed = a.batch(entries_a, T0 + timedelta(seconds=10))
         self.assertTrue(all(isinstance(outcome, Call) for outcome in claimed))
@@ -392,12 +393,12 @@ class BatchTests(TransactionTestCase):
 
         signals.run_skipped.connect(on_run_skipped, weak=False)
         self.addCleanup(signals.run_skipped.disconnect, on_run_skipped)
-        read_rows = state.read_rows
-        state.read_rows = lambda *args, **kwargs: before
+        read_rows = task_rows.read_rows
+        task_rows.read_rows = lambda *args, **kwargs: before
         try:
             b.batch(entries_b, T0)
         finally:
-            state.read_rows = read_rows
+            task_rows.read_rows = read_rows
         self.assertEqual(
             sorted(skipped), [("job000", T0, "already run"), ("job001", T0, "already run")]
         )
@@ -407,18 +408,18 @@ class BatchTests(TransactionTestCase):
         definitions, counters = self.tasks(4)
         a, b = self.instance("a"), self.instance("b")
         entries_a, entries_b = a.entries(definitions), b.entries(definitions)
-        before = state.read_rows([entry.name for entry in entries_b], using="default")
+        before = task_rows.read_rows([entry.name for entry in entries_b], using="default")
         claimed = a.batch(entries_a[:2], T0)  # a claims two after b's read
-        read_rows, read_claims = state.read_rows, state.read_claims
+        read_rows, read_claims = task_rows.read_rows, task_rows.read_claims
 
         def unavailable(*args, **kwargs):
             raise OperationalError("the database went away")
 
-        state.read_rows, state.read_claims = (lambda *args, **kwargs: before), unavailable
+        task_rows.read_rows, task_rows.read_claims = (lambda *args, **kwargs: before), unavailable
         try:
             outcomes = b.batch(entries_b, T0)
         finally:
-            state.read_rows, state.read_claims = read_rows, read_claims
+            task_rows.read_rows, task_rows.read_claims = read_rows, read_claims
         # Its own claims (committed) still start; the two found locked are looked at again.
         self.assertEqual(outcomes[:2], [T0 + timedelta(seconds=1)] * 2)
         self.assertTrue(all(isinstance(outcome, Call) for outcome in outcomes[2:]))
@@ -545,7 +546,7 @@ class BatchTests(TransactionTestCase):
         definitions, counters = self.tasks(4)
         a = self.instance("a", history=False)
         entries = a.entries(definitions)
-        real = state.read_rows
+        real = task_rows.read_rows
 
         def then_claimed_elsewhere(names, *, using):
             found = real(names, using=using)
@@ -553,11 +554,11 @@ class BatchTests(TransactionTestCase):
             ScheduledTask.objects.filter(name="job001").update(last_fire_time=T0)
             return found
 
-        state.read_rows = then_claimed_elsewhere
+        task_rows.read_rows = then_claimed_elsewhere
         try:
             outcomes = a.batch(entries, T0)
         finally:
-            state.read_rows = real
+            task_rows.read_rows = real
         self.assertIsInstance(outcomes[0], Call)
         self.assertNotIsInstance(outcomes[1], Call)
         a.run_calls(entries, outcomes)

@@ -7,7 +7,7 @@ from django.test import SimpleTestCase
 from django_scheduling.scheduler import RunRequest
 from django_scheduling.schedules.decisions import TRIGGER_CHANGED, Run, Skip, decide
 from django_scheduling.schedules.triggers import FixedRateTrigger, TriggerState
-from django_scheduling.state import TaskRow
+from django_scheduling.storage.task_rows import TaskRow
 
 T0 = datetime(2026, 3, 29, 0, 59, 58, tzinfo=UTC)  # two seconds before Berlin springs forward
 SECOND = timedelta(seconds=1)

@@ -10,12 +10,13 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 from django.test import TestCase, TransactionTestCase, override_settings
 
-from django_scheduling import history, maintenance, monitoring, state
+from django_scheduling import maintenance, monitoring
 from django_scheduling.clock import utcnow
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.monitoring import TaskState
 from django_scheduling.schedules.triggers import FixedRateTrigger, make_trigger
 from django_scheduling.service import SchedulerService
+from django_scheduling.storage import history, task_rows
 from django_scheduling.tasks import registry as registry_module
 from django_scheduling.tasks.registry import TaskRegistry
 
@@ -196,30 +197,32 @@ class OverdueRuleTests(TestCase):
 class SyncTests(TestCase):
     def test_rows_follow_the_code(self):
         rate = FixedRateTrigger(timedelta(seconds=30))
-        state.sync_tasks([("a", rate), ("b", rate)], now=NOW, using="default", complete=True)
+        task_rows.sync_tasks([("a", rate), ("b", rate)], now=NOW, using="default", complete=True)
         self.assertEqual(ScheduledTask.objects.get(name="a").anchor, NOW)
         self.assertEqual(ScheduledTask.objects.get(name="a").trigger, "every 30s")
         later = NOW + timedelta(hours=1)
         # "b" leaves the code, "a" keeps its trigger (and its anchor), "c" arrives.
-        states = state.sync_tasks(
+        states = task_rows.sync_tasks(
             [("a", rate), ("c", rate)], now=later, using="default", complete=True
         )
         self.assertEqual(states["a"].anchor, NOW)
         self.assertEqual(ScheduledTask.objects.get(name="b").removed_at, later)
         self.assertIsNone(ScheduledTask.objects.get(name="c").removed_at)
         # A partial set (runscheduler --task a) marks nothing removed.
-        state.sync_tasks([("a", rate)], now=later, using="default", complete=False)
+        task_rows.sync_tasks([("a", rate)], now=later, using="default", complete=False)
         self.assertIsNone(ScheduledTask.objects.get(name="c").removed_at)
         # "b" comes back; "a" changes its trigger: a new grid.
         faster = FixedRateTrigger(timedelta(seconds=5))
-        state.sync_tasks([("a", faster), ("b", rate)], now=later, using="default", complete=True)
+        task_rows.sync_tasks(
+            [("a", faster), ("b", rate)], now=later, using="default", complete=True
+        )
         a = ScheduledTask.objects.get(name="a")
         self.assertEqual((a.trigger, a.anchor), ("every 5s", later))
         self.assertIsNone(ScheduledTask.objects.get(name="b").removed_at)
 
     def test_cron_rows_describe_the_zone(self):
         trigger = make_trigger(cron="0 0 3 * * *", zone="Europe/Berlin")
-        state.sync_tasks([("nightly", trigger)], now=NOW, using="default", complete=False)
+        task_rows.sync_tasks([("nightly", trigger)], now=NOW, using="default", complete=False)
         self.assertEqual(
             ScheduledTask.objects.get(name="nightly").trigger, "cron 0 0 3 * * * Europe/Berlin"
         )

@@ -15,7 +15,7 @@ from django.db import connection
 from django.test import TransactionTestCase, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_scheduling import current_fire_time, history, signals
+from django_scheduling import current_fire_time, signals
 from django_scheduling.clock import utcnow
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
 from django_scheduling.maintenance import free_locks_of_dead_processes, request_recoveries
@@ -23,6 +23,7 @@ from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.process import identity
 from django_scheduling.scheduler import Entry, RunRequest
 from django_scheduling.service import SchedulerService
+from django_scheduling.storage import history
 from django_scheduling.tasks.registry import TaskRegistry
 
 from .processes import poll

@@ -15,10 +15,10 @@ from django.db import connection, connections, transaction
 from django.test import TransactionTestCase
 from django.utils import timezone
 
-from django_scheduling import state
 from django_scheduling.conf import SchedulingSettings
 from django_scheduling.models import ScheduledTask
 from django_scheduling.service import SchedulerService
+from django_scheduling.storage import task_rows
 from django_scheduling.tasks.registry import TaskRegistry
 
 from .processes import poll
@@ -152,7 +152,7 @@ class RowLockOrderTests(TransactionTestCase):
         # Stored in the reverse order of their names, as an instance of another deployment
         # may have left them: a scan of the table meets them last name first.
         for definition in reversed(self.tasks):
-            state.sync_tasks(
+            task_rows.sync_tasks(
                 [(definition.name, definition.trigger(zone))],
                 now=timezone.now(),
                 using="default",
@@ -232,10 +232,10 @@ class PublishTests(TransactionTestCase):
 
     def test_distinct_times(self):
         times = {f"t{i}": T0 + timedelta(seconds=i) for i in range(39)} | {"t39": None}
-        state.publish_next_fire_times(times, using="default")
+        task_rows.publish_next_fire_times(times, using="default")
         self.assertEqual(self.stored(), times)
 
     def test_shared_times(self):
         times = {f"t{i}": T0 if i % 20 else None for i in range(40)}
-        state.publish_next_fire_times(times, using="default")
+        task_rows.publish_next_fire_times(times, using="default")
         self.assertEqual(self.stored(), times)

@@ -280,7 +280,7 @@ class TaskListTrendsTests(AdminTestCase):
 class TimelineTests(AdminTestCase):
     def use_tasks(self, *declarations: tuple[str, dict]) -> TaskRegistry:
         """Declare tasks in code and give them rows, as a scheduler's start-up does."""
-        from django_scheduling.state import sync_tasks
+        from django_scheduling.storage.task_rows import sync_tasks
 
         tasks = TaskRegistry()
         for name, options in declarations:

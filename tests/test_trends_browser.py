@@ -23,7 +23,7 @@ from selenium.webdriver.common.by import By
 
 from django_scheduling.models import ScheduledTask, TaskRun
 from django_scheduling.schedules import timeline
-from django_scheduling.state import sync_tasks
+from django_scheduling.storage.task_rows import sync_tasks
 from django_scheduling.tasks import registry as registry_module
 from django_scheduling.tasks.registry import TaskRegistry
 

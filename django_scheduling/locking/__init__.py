@@ -20,8 +20,9 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from ..conf import get_settings
+from ..storage.errors import SUPPORTED_VENDORS
 from .base import InvalidLockHandle, Lock, LockConfiguration, LockError, LockProvider
-from .database import SUPPORTED_VENDORS, DatabaseLockProvider
+from .database import DatabaseLockProvider
 from .memory import InMemoryLockProvider
 
 __all__ = [

@@ -32,9 +32,6 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import (
     DatabaseError,
     IntegrityError,
-    InterfaceError,
-    OperationalError,
-    ProgrammingError,
     connections,
     transaction,
 )
@@ -42,60 +39,27 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..clock import utcnow
 from ..conf import get_settings
-from ..dbvalues import column, datetime_adapter
 from ..models import TaskLock
+from ..storage.errors import (
+    CONFLICT,
+    POSTGRES_LOCK_TIMEOUT,
+    SUPPORTED_VENDORS,
+    error_code,
+    is_conflict,
+    is_disconnect,
+)
+from ..storage.sql import column, datetime_adapter
 from .base import Lock, LockConfiguration, LockError
 
-__all__ = ["SUPPORTED_VENDORS", "DatabaseLockProvider"]
+__all__ = ["SUPPORTED_VENDORS", "DatabaseLockProvider", "is_conflict"]
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_VENDORS = ("mysql", "postgresql", "sqlite")
 _OWNER_LENGTH = 255
 _KNOWN_NAMES_LIMIT = 1000
-_MYSQL_DISCONNECTED = {1927, 2006, 2013, 2055, 4031}  # killed, gone away, lost, idle timeout
-_MYSQL_CONFLICT = {1020, 1213}  # "record has changed", deadlock: a concurrent locker won
-_POSTGRES_CONFLICT = {"40001", "40P01"}  # serialization failure, deadlock: a concurrent locker won
-_POSTGRES_LOCK_TIMEOUT = "55P03"  # lock_not_available: another transaction holds the row
 _STRICT_MODES = {"STRICT_TRANS_TABLES", "STRICT_ALL_TABLES"}
-_MYSQL_LOCK_WAIT_TIMEOUT = 1205
 #: The innodb_lock_wait_timeout each MySQL connection of the scheduler was given.
 _wait_set: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-_CONFLICTS = (
-    _MYSQL_CONFLICT | _POSTGRES_CONFLICT | {_POSTGRES_LOCK_TIMEOUT, _MYSQL_LOCK_WAIT_TIMEOUT}
-)
-
-
-def _code(exc: DatabaseError) -> Any:
-    """Return the driver's error code: MySQL's number, PostgreSQL's SQLSTATE."""
-    cause = exc.__cause__
-    sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)  # psycopg 3, 2
-    if sqlstate is not None:
-        return sqlstate
-    return exc.args[0] if exc.args else None
-
-
-def is_conflict(exc: BaseException) -> bool:
-    """Return whether *exc* (or the database error behind it) says that a concurrent
-    transaction won: a deadlock, a serialization failure, or a lock wait that timed out. The
-    database rolled the losing statement (or transaction) back."""
-    while exc is not None:
-        if isinstance(exc, DatabaseError) and _code(exc) in _CONFLICTS:
-            return True
-        exc = exc.__cause__  # type: ignore[assignment]
-    return False
-
-
-def _is_disconnect(exc: DatabaseError, conn: BaseDatabaseWrapper) -> bool:
-    if isinstance(exc, InterfaceError):
-        return True
-    if conn.vendor == "postgresql":
-        # psycopg marks the connection closed when the server ended it (restart, termination).
-        raw = conn.connection
-        return isinstance(exc, OperationalError) and raw is not None and bool(raw.closed)
-    if isinstance(exc, OperationalError) and _code(exc) in _MYSQL_DISCONNECTED:
-        return True
-    return isinstance(exc, ProgrammingError) and "closed database" in str(exc)  # sqlite3
 
 
 class _Sql:
@@ -218,10 +182,10 @@ class DatabaseLockProvider:
             else:
                 times = None
         except DatabaseError as exc:
-            if _code(exc) in _MYSQL_CONFLICT | _POSTGRES_CONFLICT:
+            if error_code(exc) in CONFLICT:
                 logger.warning("Lock %r lost a race with a concurrent locker: %s", config.name, exc)
                 return None
-            if _code(exc) == _POSTGRES_LOCK_TIMEOUT:
+            if error_code(exc) == POSTGRES_LOCK_TIMEOUT:
                 logger.warning(
                     "Lock %r: its row stayed locked by another transaction for %s; "
                     "counted as held elsewhere",
@@ -288,7 +252,7 @@ class DatabaseLockProvider:
                 # Rows that do not exist yet are inserted: once per name and database.
                 taken |= self._insert_many(sql, missing, owner, taken_at)
         except DatabaseError as exc:
-            conflict = _code(exc) in _MYSQL_CONFLICT | _POSTGRES_CONFLICT | {_POSTGRES_LOCK_TIMEOUT}
+            conflict = error_code(exc) in CONFLICT | {POSTGRES_LOCK_TIMEOUT}
             if conflict and not joined:
                 # A concurrent locker, or a row another transaction keeps locked: as in lock(),
                 # held elsewhere. The statement rolled back, so nothing is taken.
@@ -620,7 +584,7 @@ class DatabaseLockProvider:
                     cursor.execute(statement, params)
                     return cursor.fetchone() if fetch else cursor.rowcount
             except DatabaseError as exc:
-                if attempt == 2 or sql.joined or not _is_disconnect(exc, sql.conn):
+                if attempt == 2 or sql.joined or not is_disconnect(exc, sql.conn):
                     raise
                 logger.warning("Lost the connection to %r (%s); reconnecting", sql.conn.alias, exc)
                 try:

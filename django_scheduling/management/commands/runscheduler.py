@@ -15,11 +15,11 @@ from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from ... import metrics
-from ...autostart import describe_database_error
 from ...conf import get_settings
 from ...models import ScheduledTask
 from ...schedules.triggers import TriggerState
 from ...service import SchedulerService
+from ...storage.errors import describe_database_error
 from ...tasks.registry import TaskDefinition, registry
 from ...tasks.resolved import resolve
 

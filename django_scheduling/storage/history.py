@@ -10,8 +10,8 @@ from django.db import connections
 from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
 
-from .dbvalues import column, datetime_adapter, duration_adapter
-from .models import RunStatus, TaskLock, TaskRun
+from ..models import RunStatus, TaskLock, TaskRun
+from .sql import column, datetime_adapter, duration_adapter
 
 __all__ = [
     "record_start",

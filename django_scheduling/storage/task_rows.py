@@ -17,10 +17,10 @@ from typing import Any
 from django.db import IntegrityError, connections
 from django.db.models import Q
 
-from .dbvalues import column, datetime_adapter, datetime_reader
-from .models import ScheduledTask, TaskLock, TaskRun
-from .schedules.decisions import TaskRow
-from .schedules.triggers import Trigger, TriggerState
+from ..models import ScheduledTask, TaskLock, TaskRun
+from ..schedules.decisions import TaskRow
+from ..schedules.triggers import Trigger, TriggerState
+from .sql import column, datetime_adapter, datetime_reader
 
 __all__ = [
     "TaskRow",
