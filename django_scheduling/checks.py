@@ -17,6 +17,7 @@ from django.core import checks
 from django.db import connections
 
 from .conf import InvalidSettings, SchedulingSettings, get_settings
+from .locking import provider_class
 from .storage.errors import SUPPORTED_VENDORS
 from .tasks import engines
 from .tasks.registry import TaskDefinition, TaskRegistry, registry
@@ -199,6 +200,8 @@ def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error
                 )
                 for problem in exc.problems
             ]
+    if conf is not None:
+        errors += _provider_errors(conf.lock_provider)
     if conf is None:
         pass  # the database alias is unknown while the setting cannot be read
     elif conf.database not in settings.DATABASES:
@@ -229,6 +232,23 @@ def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error
             )
         )
     return errors
+
+
+def _provider_errors(setting: str) -> list[checks.Error]:
+    """Return the mistake in ``LOCK_PROVIDER``: a class that cannot be imported or is no lock
+    provider."""
+    try:
+        provider_class(setting)
+    except (ImportError, TypeError) as exc:
+        return [
+            checks.Error(
+                f"SCHEDULING['LOCK_PROVIDER'] is {setting!r}, which is not a lock provider: {exc}",
+                hint="Use 'database', 'memory' or the dotted path of a subclass of "
+                "django_scheduling.locking.BaseLockProvider.",
+                id="django_scheduling.E004",
+            )
+        ]
+    return []
 
 
 def describe(messages: Sequence[checks.CheckMessage]) -> str:

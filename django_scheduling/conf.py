@@ -57,7 +57,6 @@ DEFAULTS: dict[str, Any] = {
 }
 
 REJECTION_POLICIES = ("abort", "caller_runs", "discard", "discard_oldest")
-LOCK_PROVIDERS = ("database", "memory")
 
 
 @dataclass(frozen=True)
@@ -152,7 +151,8 @@ class SchedulingSettings:
             "keep_alive": reader.duration("KEEP_ALIVE"),
             "rejection_policy": reader.choice("REJECTION_POLICY", REJECTION_POLICIES),
             "shutdown_timeout": reader.duration("SHUTDOWN_TIMEOUT"),
-            "lock_provider": reader.choice("LOCK_PROVIDER", LOCK_PROVIDERS),
+            # "database", "memory" or a dotted path: the checks import it.
+            "lock_provider": reader.text("LOCK_PROVIDER"),
             "lock_at_most_for": at_most,
             "lock_at_least_for": at_least,
             "database": reader.text("DATABASE"),

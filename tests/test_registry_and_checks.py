@@ -15,6 +15,7 @@ from django.test import SimpleTestCase, override_settings
 from django_scheduling import checks as scheduling_checks
 from django_scheduling import scheduled
 from django_scheduling.conf import InvalidSettings, SchedulingSettings, get_settings
+from django_scheduling.locking import get_lock_provider
 from django_scheduling.tasks import registry as registry_module
 from django_scheduling.tasks.registry import TaskRegistry
 
@@ -414,12 +415,32 @@ class SettingsTests(SimpleTestCase):
                 "SCHEDULING['LOCK_AT_LEAST_FOR'] ('2s') exceeds",
             ),
             ({"AUTOSTART": "yes"}, "SCHEDULING['AUTOSTART'] must be True or False"),
-            ({"LOCK_PROVIDER": "redis"}, "SCHEDULING['LOCK_PROVIDER'] is 'redis'"),
+            ({"LOCK_PROVIDER": ""}, "SCHEDULING['LOCK_PROVIDER'] must be a non-empty string"),
             ({"INSTANCE_NAME": ""}, "SCHEDULING['INSTANCE_NAME'] must be a non-empty string"),
         ]
         for raw, message in cases:
             with self.subTest(raw=raw), self.assertRaisesMessage(ImproperlyConfigured, message):
                 SchedulingSettings.from_dict(raw)
+
+    def test_a_lock_provider_is_chosen_by_name_or_dotted_path(self):
+        for setting, expected in (
+            ("database", "DatabaseLockProvider"),
+            ("memory", "InMemoryLockProvider"),
+            ("django_scheduling.locking.memory.InMemoryLockProvider", "InMemoryLockProvider"),
+        ):
+            with self.subTest(setting), self.settings(SCHEDULING={"LOCK_PROVIDER": setting}):
+                self.assertEqual(type(get_lock_provider()).__name__, expected)
+                self.assertEqual(scheduling_checks.settings_errors(), [])
+        for setting, problem in (
+            ("redis", "redis doesn't look like a module path"),
+            ("myproject.locks.RedisLockProvider", "No module named 'myproject'"),
+            ("django_scheduling.conf.SchedulingSettings", "is not a subclass of BaseLockProvider"),
+        ):
+            with self.subTest(setting), self.settings(SCHEDULING={"LOCK_PROVIDER": setting}):
+                [error] = scheduling_checks.settings_errors()
+                self.assertEqual(error.id, "django_scheduling.E004")
+                self.assertIn(f"SCHEDULING['LOCK_PROVIDER'] is {setting!r}", error.msg)
+                self.assertIn(problem, error.msg)
 
     def test_every_problem_is_named_at_once(self):
         raw = {"CORE_POOL_SIZ": 8, "LOCK_AT_MOST_FOR": "ten minutes", "AUTOSTART": "yes"}

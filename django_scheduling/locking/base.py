@@ -1,19 +1,34 @@
-"""What every lock provider shares: the configuration, the handle, the protocol and the errors.
+"""What every lock provider shares: the configuration, the handle, the base class and the
+errors.
 
 A provider's ``lock(config)`` returns a ``Lock`` handle, or ``None`` when the lock is held
 elsewhere: losing the race is a normal outcome. Failures of the storage raise ``LockError``.
+
+The scheduler takes and releases the locks of firings due together in batches
+(``lock_many``, ``unlock_many``). ``BaseLockProvider`` does that one lock at a time, right
+away; a provider that can do it in the caller's database transaction, so that the locks of a
+batch take effect with the claims of their fire times or not at all, says so with
+``supports_batches = True`` (the database provider).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from ..conf import NAME_LENGTH
 from ..schedules.durations import DurationLike, format_duration, parse_duration
 
-__all__ = ["InvalidLockHandle", "Lock", "LockConfiguration", "LockError", "LockProvider"]
+__all__ = [
+    "BaseLockProvider",
+    "InvalidLockHandle",
+    "Lock",
+    "LockConfiguration",
+    "LockError",
+    "LockProvider",
+]
 
 
 class LockError(Exception):
@@ -160,3 +175,40 @@ class LockProvider(Protocol):
         Raise ``LockError`` if the storage fails.
         """
         ...
+
+
+class BaseLockProvider:
+    """The base of the lock providers the scheduler uses (``SCHEDULING['LOCK_PROVIDER']``): a
+    provider implements ``lock()``; the batch verbs default to one lock at a time.
+
+    ``supports_batches``: whether ``lock_many(..., joined=True)`` and
+    ``unlock_many(..., joined=True)`` run in the caller's database transaction and take
+    effect when it commits. Without it they take effect at once, and the scheduler releases
+    the locks of a batch whose transaction rolled back.
+    """
+
+    supports_batches: ClassVar[bool] = False
+
+    def lock(self, config: LockConfiguration) -> Lock | None:
+        raise NotImplementedError
+
+    def lock_many(
+        self,
+        configs: list[LockConfiguration],
+        *,
+        now: datetime | None = None,
+        absent: Collection[str] = (),
+        joined: bool = False,
+    ) -> dict[str, Lock]:
+        """Take every lock of *configs* that is free and return them by name (*now*, *absent*
+        and *joined* are hints a provider may use; here they are not)."""
+        taken = {}
+        for config in sorted(configs, key=lambda config: config.name):
+            lock = self.lock(config)
+            if lock is not None:
+                taken[config.name] = lock
+        return taken
+
+    def unlock_many(self, locks: list[Lock], *, joined: bool = False) -> set[str]:
+        """Release *locks*; return the names of those no longer held by their handle."""
+        return {lock.config.name for lock in locks if lock.unlock() is False}

@@ -49,7 +49,7 @@ from ..storage.errors import (
     is_disconnect,
 )
 from ..storage.sql import column, datetime_adapter
-from .base import Lock, LockConfiguration, LockError
+from .base import BaseLockProvider, Lock, LockConfiguration, LockError
 
 __all__ = ["SUPPORTED_VENDORS", "DatabaseLockProvider", "is_conflict"]
 
@@ -132,7 +132,7 @@ class _Sql:
         return "%s", [self.value(max(self.client_now, moment))]
 
 
-class DatabaseLockProvider:
+class DatabaseLockProvider(BaseLockProvider):
     """Take locks in the ``TaskLock`` table of the database *using*.
 
     *using* defaults to ``SCHEDULING['DATABASE']`` and *owner*, stored as ``locked_by``, to
@@ -140,6 +140,8 @@ class DatabaseLockProvider:
     creating a provider runs no query and a forked child uses its own pid.
     """
 
+    #: Batches of locks are taken and released in the caller's transaction.
+    supports_batches = True
     #: How long a statement waits on PostgreSQL for a lock row another transaction has locked.
     lock_wait_timeout = timedelta(seconds=2)
 
@@ -205,7 +207,7 @@ class DatabaseLockProvider:
         self,
         configs: list[LockConfiguration],
         *,
-        now: datetime | None,
+        now: datetime | None = None,
         absent: Collection[str] = (),
         joined: bool = False,
     ) -> dict[str, Lock]:

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from ..clock import utcnow
 from ..conf import get_settings
-from .base import Lock, LockConfiguration
+from .base import BaseLockProvider, Lock, LockConfiguration
 
 __all__ = ["InMemoryLockProvider"]
 
@@ -33,7 +33,7 @@ class _Row:
     token: object  # one per acquisition; a handle may touch only the row of its own acquisition
 
 
-class InMemoryLockProvider:
+class InMemoryLockProvider(BaseLockProvider):
     """Keep locks in this process; *clock* returns aware UTC now (tests pass a fake one)."""
 
     def __init__(self, owner: str | None = None, clock: Clock | None = None) -> None:
