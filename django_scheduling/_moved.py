@@ -32,6 +32,12 @@ MOVED = {
     "history": "storage.history",
     "dbvalues": "storage.sql",
     "dbconnection": "storage.connections",
+    "metrics": "observability.metrics",
+    "alerts": "observability.alerts",
+    "sentry_crons": "observability.sentry",
+    "health": "observability.health",
+    "monitoring": "observability.monitoring",
+    "deadline": "observability.deadline",
 }
 
 _PACKAGE = "django_scheduling"

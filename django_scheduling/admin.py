@@ -35,7 +35,8 @@ from .admin_views import (
     format_yes_no,
 )
 from .models import RunStatus, ScheduledTask, TaskLock, TaskRun, TriggerKind
-from .monitoring import (
+from .observability import outcomes
+from .observability.monitoring import (
     FAILING_AFTER,
     OverdueReason,
     StateAnnotations,
@@ -43,7 +44,6 @@ from .monitoring import (
     annotate_state,
 )
 from .schedules.triggers import MISSED_COUNT_LIMIT
-from .tasks import engines
 from .trends import SPARKLINE_RUNS, failures_in_a_row
 from .trends_admin import TrendsMixin
 
@@ -439,7 +439,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
             run.backend,
             _("as"),
             run.result_id,
-            engines.outcome(run.backend, run.result_id),
+            outcomes.lookup(run.backend, run.result_id),
         )
 
     @admin.display(description=_("recovery of"))

@@ -36,7 +36,7 @@ from .checks import scheduler_errors
 from .conf import SchedulingSettings, get_settings
 from .formats import format_time
 from .models import ScheduledTask, TaskRun
-from .monitoring import OverdueReason, TaskState, overdue_tasks
+from .observability.monitoring import OverdueReason, TaskState, overdue_tasks
 from .process import INSTANCE_NAME
 from .schedules.durations import format_duration
 

@@ -12,8 +12,9 @@ class SchedulingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import alerts, checks, metrics, sentry_crons  # noqa: F401  (checks)
+        from . import checks  # noqa: F401  (registers the checks)
         from .autostart import maybe_autostart
+        from .observability import alerts, metrics, sentry
         from .tasks import registry
 
         registry.autodiscover()
@@ -21,7 +22,7 @@ class SchedulingConfig(AppConfig):
         if _metrics_wanted():
             metrics.install()
         alerts.install()
-        sentry_crons.install()
+        sentry.install()
         maybe_autostart()
 
 

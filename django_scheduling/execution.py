@@ -50,13 +50,15 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone, translation
 
-from . import metrics, signals
+from . import signals
 from .clock import utcnow
 from .conf import SchedulingSettings
 from .context import EnqueuedTooLate, RunTimedOut, current_fire_time, firing_context
 from .keepalive import KeepAlive, KeptAliveLock, WaitingLocks
 from .locking import LockConfiguration, LockError, LockProvider
 from .models import RunStatus
+from .observability import metrics
+from .observability.events import run_events
 from .outbox import Outbox
 from .pool import PoolStats
 from .scheduler import SINGLE, Call, Entry, Firing, Outcome, RunRequest
@@ -1810,10 +1812,7 @@ class _HandedOver:
 
 
 def _send(signal: Any, sender: str, **kwargs: Any) -> None:
-    try:
-        signal.send(sender=sender, **kwargs)
-    except Exception:
-        logger.exception("A receiver of %s failed for %s", signal, sender)
+    run_events.publish(signal, sender, **kwargs)
 
 
 def _ms(duration: timedelta) -> str:

@@ -22,13 +22,14 @@ from django.db import DatabaseError, close_old_connections
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Now
 
-from . import metrics, process
+from . import process
 from .clock import utcnow
 from .conf import SchedulingSettings
 from .locking import LockConfiguration, LockError, get_lock_provider
 from .models import ScheduledTask, TaskLock
+from .observability import metrics
+from .observability.outcomes import OutcomeWatch
 from .outbox import Outbox
-from .outcomes import OutcomeWatch
 from .scheduler import RunRequest, Scheduler
 from .storage import history, instances
 from .tasks.registry import TaskDefinition

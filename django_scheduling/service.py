@@ -29,6 +29,7 @@ from .conf import SchedulingSettings, get_settings
 from .execution import TaskRunner, TaskSpec
 from .keepalive import KeepAlive
 from .locking import LockError, get_lock_provider
+from .observability.events import run_events
 from .outbox import Outbox
 from .scheduler import Scheduler
 from .storage import task_rows
@@ -384,6 +385,9 @@ class SchedulerService:
                 logger.warning("Could not mark the interrupted runs: %s", exc)
         if self.writer is not None:
             self.writer.stop(timeout=min(wait, 5.0))
+        # The signals of the last runs go out before the process exits.
+        if not run_events.drain(timeout=min(wait, 5.0)):
+            logger.warning("Stopped with %d run event(s) not delivered", run_events.pending)
         if self.maintenance is not None:
             self.maintenance.stop(timeout=min(wait, 2.0))  # a daemon thread: do not wait long
         try:

@@ -24,7 +24,7 @@ from .autostart import refused_because
 from .checks import scheduler_errors
 from .clock import utcnow
 from .conf import InvalidSettings, get_settings
-from .health import public, report
+from .observability.health import public, report
 from .service import current_service
 from .storage.errors import missing_table
 

@@ -28,6 +28,7 @@ from django_scheduling.execution import TaskRunner
 from django_scheduling.keepalive import KeepAlive
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
+from django_scheduling.observability.events import run_events
 from django_scheduling.outbox import Outbox
 from django_scheduling.scheduler import SINGLE, Call, Entry
 from django_scheduling.storage import task_rows
@@ -399,6 +400,7 @@ class BatchTests(TransactionTestCase):
             b.batch(entries_b, T0)
         finally:
             task_rows.read_rows = read_rows
+        run_events.drain(DEADLINE)  # the signals go out from the events thread
         self.assertEqual(
             sorted(skipped), [("job000", T0, "already run"), ("job001", T0, "already run")]
         )

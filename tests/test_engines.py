@@ -31,11 +31,13 @@ from django_scheduling import signals
 from django_scheduling.checks import check_engines, task_errors
 from django_scheduling.conf import get_settings
 from django_scheduling.context import EnqueuedTooLate
-from django_scheduling.deadline import OUTCOME_TIMEOUT
 from django_scheduling.execution import TaskRunner
 from django_scheduling.locking import DatabaseLockProvider
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
-from django_scheduling.outcomes import WATCH_FOR, OutcomeWatch
+from django_scheduling.observability import outcomes
+from django_scheduling.observability.deadline import OUTCOME_TIMEOUT
+from django_scheduling.observability.events import run_events
+from django_scheduling.observability.outcomes import WATCH_FOR, OutcomeWatch
 from django_scheduling.scheduler import Entry, RunRequest
 from django_scheduling.tasks import engines
 from django_scheduling.tasks.registry import TaskRegistry
@@ -225,12 +227,13 @@ class DjangoTasksTests(TransactionTestCase):
         self.assertEqual(result.args_kwargs, {"args": [], "kwargs": {"name": "nightly"}})
         self.assertEqual(ScheduledTask.objects.get(name="nightly").last_run_id, run.pk)
         self.assertFalse(engine_tasks.Execution.objects.exists())  # nothing ran here
-        self.assertEqual(engines.outcome(run.backend, run.result_id), "ready")
+        self.assertEqual(outcomes.lookup(run.backend, run.result_id), "ready")
 
     def test_an_enqueued_firing_is_signalled_and_counted(self):
         from prometheus_client import REGISTRY
 
-        from django_scheduling import metrics, signals
+        from django_scheduling import signals
+        from django_scheduling.observability import metrics
 
         metrics.install()
         sent = []
@@ -255,6 +258,7 @@ class DjangoTasksTests(TransactionTestCase):
         runner.run(entry(runner, self.definition), T0)
 
         run = TaskRun.objects.get()
+        self.assertTrue(run_events.drain(10))  # the signals go out from the events thread
         self.assertEqual(
             sent,
             [("started", "nightly", T0, None), ("enqueued", "nightly", T0, run.result_id)],
@@ -275,7 +279,7 @@ class DjangoTasksTests(TransactionTestCase):
 
     @override_settings(SCHEDULING={"ALERT_AFTER_FAILURES": 2})
     def test_an_enqueue_after_failed_ones_is_a_recovery_and_breaks_a_streak(self):
-        from django_scheduling import alerts
+        from django_scheduling.observability import alerts
         from django_scheduling.signals import task_failing
 
         alerts.install()
@@ -296,6 +300,7 @@ class DjangoTasksTests(TransactionTestCase):
             )
         runner = make_runner("a", T0)
         runner.run(entry(runner, self.definition), T0)
+        run_events.drain(10)  # the signals go out from the events thread
         self.assertEqual(sent, [("nightly", 2, True)])
         TaskRun.objects.create(
             task_name="nightly",
@@ -408,7 +413,7 @@ class OtherBackendTests(TransactionTestCase):
         self.assertEqual(execution.task, f"immediate {run.result_id}")
         self.assertEqual(execution.pid, os.getpid())
         self.assertEqual(
-            engines.outcome(run.backend, run.result_id),
+            outcomes.lookup(run.backend, run.result_id),
             "outcome not reported by backend django.tasks:immediate",
         )
 
@@ -441,7 +446,7 @@ class CeleryTests(TransactionTestCase):
         self.assertEqual(message["headers"]["task"], "tests.testapp.engine_tasks.celery_record")
         self.assertEqual(message["headers"]["expires"], (T0 + timedelta(seconds=10)).isoformat())
         self.assertEqual(
-            engines.outcome("celery", run.result_id), "pending (or unknown to the result backend)"
+            outcomes.lookup("celery", run.result_id), "pending (or unknown to the result backend)"
         )
 
     def test_a_firing_sent_late_still_gets_a_whole_period(self):
@@ -565,6 +570,7 @@ class CeleryTests(TransactionTestCase):
         self.assertEqual(run.error_type, "django_scheduling.context.EnqueuedTooLate")
         self.assertIn("after it expired at 2026-05-13T12:00:05+00:00", run.error_message)
         self.assertTrue(run.result_id)  # it did reach the broker, as that message
+        self.assertTrue(run_events.drain(10))  # the signals go out from the events thread
         self.assertEqual(enqueued, [])
         self.assertIsInstance(failed[0], EnqueuedTooLate)
 
@@ -589,7 +595,7 @@ class OutcomeDeadlineTests(TransactionTestCase):
 
     def test_the_lookup_gives_up_after_its_deadline_and_says_so(self):
         started = time.monotonic()
-        text = engines.outcome("celery", "3f1c0d3e-silent")
+        text = outcomes.lookup("celery", "3f1c0d3e-silent")
         elapsed = time.monotonic() - started
         self.assertEqual(text, "outcome unknown: the backend did not answer within 2 s")
         self.assertLess(elapsed, OUTCOME_TIMEOUT + 2)

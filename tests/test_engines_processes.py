@@ -27,7 +27,7 @@ from django_tasks_db.models import DBTaskResult
 
 from django_scheduling.clock import utcnow
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
-from django_scheduling.tasks import engines
+from django_scheduling.observability import outcomes
 
 from .processes import (
     Process,
@@ -129,7 +129,7 @@ class EngineProcessTests(TransactionTestCase):
         self.assertEqual(set(DBTaskResult.objects.values_list("status", flat=True)), {"SUCCESSFUL"})
         # The run's admin page reads the outcome from the backend.
         run = self.runs(task)[0]
-        self.assertEqual(engines.outcome(run.backend, run.result_id), "successful")
+        self.assertEqual(outcomes.lookup(run.backend, run.result_id), "successful")
 
     @only_full
     def test_celery_firings_wait_for_workers_then_run_once_each(self):
@@ -162,7 +162,7 @@ class EngineProcessTests(TransactionTestCase):
         import tests.engines_celery  # noqa: F401
 
         run = self.runs(task)[-1]
-        self.assertEqual(engines.outcome(run.backend, run.result_id), "SUCCESS")
+        self.assertEqual(outcomes.lookup(run.backend, run.result_id), "SUCCESS")
 
     @only_full
     def test_an_unreachable_broker_fails_the_firings_and_blocks_nothing_else(self):

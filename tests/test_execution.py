@@ -17,11 +17,13 @@ from django_scheduling.execution import TaskRunner, TaskSpec
 from django_scheduling.keepalive import KeepAlive
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
+from django_scheduling.observability.events import run_events
 from django_scheduling.scheduler import Entry, RunRequest
 from django_scheduling.schedules.triggers import FixedRateTrigger, TriggerState
 from django_scheduling.tasks.registry import TaskRegistry
 
 T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
+DEADLINE = 10.0
 
 
 class Clock:
@@ -158,6 +160,7 @@ class ExecutionTests(TransactionTestCase):
         next_b = b.run(entry_b, T0)
         self.assertEqual(calls.count, 0)
         self.assertEqual(next_b, T0 + timedelta(seconds=1))
+        run_events.drain(DEADLINE)  # the signals go out from the events thread
         self.assertEqual(received, ["locked"])
         holder.unlock()
 
@@ -242,6 +245,7 @@ class ExecutionTests(TransactionTestCase):
         runner.run(self.entry(runner, self.task(Calls(), fixed_rate="1s")), T0)
         failing = self.task(Calls(RuntimeError("x")), fixed_rate="1s", name="failing")
         runner.run(self.entry(runner, failing), T0)
+        self.assertTrue(run_events.drain(10))  # the signals go out from the events thread
         self.assertEqual(
             events,
             [

@@ -18,8 +18,8 @@ from django.test import TestCase, TransactionTestCase, override_settings
 from django.urls import reverse
 
 from django_scheduling.conf import InvalidSettings, SchedulingSettings
-from django_scheduling.health import DEAD_SHOWN_FOR, report
 from django_scheduling.models import ScheduledTask, SchedulerInstance
+from django_scheduling.observability.health import DEAD_SHOWN_FOR, report
 from django_scheduling.service import LIVE_MINIMUM, SchedulerService
 from django_scheduling.storage.instances import beat, forget_instance, forget_old_instances
 

@@ -10,10 +10,11 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 from django.test import TestCase, TransactionTestCase, override_settings
 
-from django_scheduling import maintenance, monitoring
+from django_scheduling import maintenance
 from django_scheduling.clock import utcnow
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
-from django_scheduling.monitoring import TaskState
+from django_scheduling.observability import monitoring
+from django_scheduling.observability.monitoring import TaskState
 from django_scheduling.schedules.triggers import FixedRateTrigger, make_trigger
 from django_scheduling.service import SchedulerService
 from django_scheduling.storage import history, task_rows

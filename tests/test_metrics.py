@@ -20,9 +20,9 @@ from django.test import SimpleTestCase, TransactionTestCase, override_settings
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_scheduling import metrics
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
+from django_scheduling.observability import metrics
 from django_scheduling.service import SchedulerService
 from django_scheduling.tasks.registry import TaskRegistry
 
@@ -299,7 +299,7 @@ class MetricsPortTests(TransactionTestCase):
 
     def test_the_metrics_are_recorded_only_with_the_setting(self):
         probe = (
-            "from django_scheduling import metrics; "
+            "from django_scheduling.observability import metrics; "
             "print('recording', metrics._metrics is not None)"
         )
         for extra, expected in (({}, "recording False"), ({"METRICS": True}, "recording True")):

@@ -20,6 +20,7 @@ from django_scheduling.clock import utcnow
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
 from django_scheduling.maintenance import free_locks_of_dead_processes, request_recoveries
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
+from django_scheduling.observability.events import run_events
 from django_scheduling.process import identity
 from django_scheduling.scheduler import Entry, RunRequest
 from django_scheduling.service import SchedulerService
@@ -237,6 +238,7 @@ class LockLostTests(Base):
         self.assertEqual((row.last_fire_time, row.last_run_id), (T0 + 5 * SECOND, second.pk))
         self.assertTrue(any(f"Run {first.pk} of job" in line for line in logs.output))
         self.assertTrue(any(f"run {second.pk} may have overlapped" in line for line in logs.output))
+        self.assertTrue(run_events.drain(10))  # the signals go out from the events thread
         self.assertEqual([(e["run"], e["other_run"]) for e in lost], [(first.pk, second.pk)])
 
 
@@ -315,6 +317,7 @@ class OutageTests(Base):
         gone.__exit__(None, None, None)
         self.assertEqual(next_time, T0 + 10 * SECOND)  # the schedule goes on: it ran
         self.assertIn("ran (succeeded) but its end could not be recorded", logs.output[0])
+        self.assertTrue(run_events.drain(10))  # the signals go out from the events thread
         self.assertEqual((finished, skipped), (["job"], []))
         self.assertEqual(TaskRun.objects.get().status, RunStatus.RUNNING)
         self.assertEqual(runner.outbox.flush(), 1)

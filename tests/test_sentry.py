@@ -11,11 +11,11 @@ import sentry_sdk
 from django.test import SimpleTestCase, TransactionTestCase, override_settings
 from sentry_sdk.transport import Transport
 
-from django_scheduling import sentry_crons
 from django_scheduling.conf import InvalidSettings, SchedulingSettings, get_settings
 from django_scheduling.models import RunStatus, TaskRun
+from django_scheduling.observability import sentry
+from django_scheduling.observability.sentry import crontab, monitor_config, monitor_slug
 from django_scheduling.schedules.cron import CronExpression
-from django_scheduling.sentry_crons import crontab, monitor_config, monitor_slug
 from django_scheduling.service import SchedulerService
 from django_scheduling.tasks.registry import TaskRegistry
 
@@ -40,7 +40,7 @@ class CapturingTransport(Transport):
 class CheckInTests(TransactionTestCase):
     def setUp(self) -> None:
         # Other test modules clear the signals' receivers; connect this module's again.
-        sentry_crons.install()
+        sentry.install()
         self.transport = CapturingTransport()
         sentry_sdk.init(dsn="https://key@o1.ingest.sentry.io/1", transport=self.transport)
         self.addCleanup(sentry_sdk.init)  # no DSN: off again

@@ -1,5 +1,6 @@
-"""The run signals: sent from many worker threads at once without queueing on a lock of the
-whole signal, and still to exactly the receivers connected (for every sender, or for one)."""
+"""The run signals: sent from many threads at once without queueing on a lock of the whole
+signal, and still to exactly the receivers connected (for every sender, or for one); and the
+fan-out of run events that sends them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import threading
 from django.test import SimpleTestCase
 
 from django_scheduling import signals
+from django_scheduling.observability.events import RunEvents
+from django_scheduling.signals import _RunSignal
 
 
 class RunSignalTests(SimpleTestCase):
@@ -86,3 +89,77 @@ class RunSignalTests(SimpleTestCase):
         self.signal.connect(self.receiver("late"))
         self.signal.send("task.a")
         self.assertEqual(self.calls, [("late", "task.a")])
+
+
+class RunEventsTests(SimpleTestCase):
+    """The fan-out of run events: observers and receivers that fail hurt nothing else."""
+
+    def setUp(self) -> None:
+        self.events = RunEvents(name="test-events")
+        self.signal = _RunSignal()
+        self.seen: list[str] = []
+
+    def test_observers_then_receivers_in_order_on_a_thread_of_their_own(self):
+        threads = set()
+
+        def observer(sender, **kwargs):
+            threads.add(threading.current_thread().name)
+            self.seen.append(f"observer {sender} {kwargs['n']}")
+
+        def receiver(sender, **kwargs):
+            self.seen.append(f"receiver {sender} {kwargs['n']}")
+
+        self.events.subscribe(self.signal, observer)
+        self.events.subscribe(self.signal, observer)  # once is enough
+        self.signal.connect(receiver, weak=False)
+        for n in (1, 2):
+            self.events.publish(self.signal, "task", n=n)
+        self.assertTrue(self.events.drain(10))
+        self.assertEqual(
+            self.seen, ["observer task 1", "receiver task 1", "observer task 2", "receiver task 2"]
+        )
+        self.assertEqual(threads, {"test-events"})
+
+    def test_an_observer_or_a_receiver_that_raises_hurts_nothing(self):
+        def broken_observer(sender, **kwargs):
+            raise RuntimeError("observer")
+
+        def exiting_receiver(sender, **kwargs):
+            raise SystemExit(3)  # not an Exception: send_robust lets it through
+
+        def raising_receiver(sender, **kwargs):
+            raise ValueError("receiver")
+
+        def good_receiver(sender, **kwargs):
+            self.seen.append(kwargs["n"])
+
+        self.events.subscribe(self.signal, broken_observer)
+        self.signal.connect(raising_receiver, weak=False)
+        self.signal.connect(good_receiver, weak=False)
+        with self.assertLogs("django_scheduling.observability.events", "ERROR") as logs:
+            self.events.publish(self.signal, "task", n=1)
+            self.assertTrue(self.events.drain(10))
+        self.assertEqual(self.seen, [1])  # the observer's failure stopped nothing
+        self.assertIn("The observer", logs.output[0])
+
+        self.signal.connect(exiting_receiver, weak=False)
+        with self.assertLogs("django_scheduling.observability.events", "ERROR"):
+            self.events.publish(self.signal, "task", n=2)
+            self.assertTrue(self.events.drain(10))
+        self.events.publish(self.signal, "task", n=3)
+        self.assertTrue(self.events.drain(10))
+        # SystemExit stopped the receivers after it for that event, not the thread.
+        self.assertIn(3, self.seen)
+
+    def test_a_thread_that_died_is_started_again(self):
+        self.events.publish(self.signal, "task")
+        self.assertTrue(self.events.drain(10))
+        dead = self.events._thread
+        assert dead is not None
+        self.events._thread = threading.Thread(target=lambda: None)  # one that has ended
+        self.events._thread.start()
+        self.events._thread.join()
+        with self.assertLogs("django_scheduling.observability.events", "ERROR") as logs:
+            self.events.publish(self.signal, "task")
+        self.assertTrue(self.events.drain(10))
+        self.assertIn("had stopped; starting it again", logs.output[0])

@@ -16,6 +16,7 @@ from django.test import SimpleTestCase, TransactionTestCase
 from django_scheduling import cancel_requested, signals
 from django_scheduling.context import RunTimedOut
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
+from django_scheduling.observability.events import run_events
 from django_scheduling.schedules.decisions import retry_delay
 from django_scheduling.schedules.triggers import MISSED_COUNT_LIMIT, TriggerState, make_trigger
 from django_scheduling.tasks.registry import TaskRegistry
@@ -135,6 +136,7 @@ class RecordedTests(TransactionTestCase):
         )
         # Under one lock: every attempt names the same acquisition.
         self.assertEqual(len({r.locked_at for r in runs}), 1)
+        self.assertTrue(run_events.drain(10))  # the signals go out from the events thread
         self.assertEqual(ended, [runs[0].pk, runs[1].pk])  # each failed attempt, once
         row = ScheduledTask.objects.get(name="job")
         self.assertEqual((row.last_fire_time, row.last_run_id), (T0, runs[0].pk))
@@ -207,6 +209,7 @@ class RecordedTests(TransactionTestCase):
         self.assertEqual(run.timeout_at, T0 + timedelta(milliseconds=50))
         self.assertEqual(run.error_type, "django_scheduling.context.RunTimedOut")
         self.assertIn("past its timeout of 50ms; then succeeded", run.error_message)
+        self.assertTrue(run_events.drain(10))  # the signals go out from the events thread
         [exception] = failed
         self.assertIsInstance(exception, RunTimedOut)
 

@@ -16,8 +16,8 @@ import pytest
 from django.test import TransactionTestCase, override_settings
 
 from django_scheduling.clock import utcnow
-from django_scheduling.health import report
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
+from django_scheduling.observability.health import report
 
 from .processes import Process, manage, poll, process_env
 from .testapp.models import Execution

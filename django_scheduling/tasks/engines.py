@@ -27,7 +27,6 @@ __all__ = [
     "enqueue",
     "backend_name",
     "commits_with",
-    "outcome",
     "states",
     "FINAL_STATES",
 ]
@@ -206,57 +205,3 @@ def states(backend: str, result_ids: list[str]) -> dict[str, str]:
             return {}
         return {result_id: str(app.AsyncResult(result_id).state) for result_id in result_ids}
     return {}
-
-
-def outcome(backend: str, result_id: str) -> str:
-    """Return what the engine *backend* says of the result *result_id*, for the admin.
-
-    Never raises, and never waits for the engine more than ``deadline.OUTCOME_TIMEOUT``
-    seconds: the lookup runs on a small shared thread pool. An engine that cannot tell, fails
-    to answer, or does not answer in time is said so.
-    """
-    from ..deadline import OUTCOME_TIMEOUT, MissedDeadline, call_with_deadline
-
-    lookup: Callable[[], str]
-    try:
-        if backend.startswith(f"{DJANGO_TASKS}:"):
-            alias = backend.split(":", 1)[1]
-            handler = task_backends()
-            if alias not in handler.settings:
-                return f"outcome unknown: no backend {alias!r} in TASKS"
-            engine_backend = handler[alias]
-            if not engine_backend.supports_get_result:
-                return f"outcome not reported by backend {backend}"
-
-            def lookup() -> str:
-                return str(engine_backend.get_result(result_id).status).lower()
-
-        elif backend == CELERY:
-            if "celery" not in sys.modules:
-                return "outcome unknown: Celery is not loaded in this process"
-            from celery import current_app
-            from celery.backends.base import DisabledBackend
-
-            # The current app is per thread: take this thread's to the pool's.
-            app = current_app._get_current_object()
-            if isinstance(app.backend, DisabledBackend):
-                return f"outcome not reported by backend {backend} (no result backend)"
-
-            def lookup() -> str:
-                state = app.AsyncResult(result_id).state
-                return "pending (or unknown to the result backend)" if state == "PENDING" else state
-
-        else:
-            return f"outcome not reported by backend {backend}"
-        return call_with_deadline(lookup, timeout=OUTCOME_TIMEOUT)
-    except MissedDeadline:
-        logger.warning(
-            "The outcome of %s on %s was not read: no answer within %g s",
-            result_id,
-            backend,
-            OUTCOME_TIMEOUT,
-        )
-        return f"outcome unknown: the backend did not answer within {OUTCOME_TIMEOUT:g} s"
-    except Exception as exc:
-        logger.warning("Could not read the outcome of %s on %s: %s", result_id, backend, exc)
-        return f"outcome unknown: {type(exc).__name__}: {exc}"

@@ -14,9 +14,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
-from ... import metrics
 from ...conf import get_settings
 from ...models import ScheduledTask
+from ...observability import metrics
 from ...schedules.triggers import TriggerState
 from ...service import SchedulerService
 from ...storage.errors import describe_database_error
@@ -124,7 +124,7 @@ class Command(BaseCommand):
         self.stdout.write("Scheduler stopped.")
 
     def _serve_probe(self, port: int) -> None:
-        from ...probe_server import serve_probe
+        from ...observability.probes import serve_probe
         from ...views import liveness_body
 
         try:

@@ -17,9 +17,9 @@ from django.utils import timezone
 
 from ...checks import describe, scheduler_errors
 from ...conf import get_settings
-from ...health import due_at, report
 from ...models import ScheduledTask
-from ...monitoring import overdue_tasks
+from ...observability.health import due_at, report
+from ...observability.monitoring import overdue_tasks
 from ...schedules.durations import format_duration, parse_duration
 
 

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from ..clock import utcnow
+from ..models import RunStatus, TaskRun
+from ..tasks import engines
 from . import metrics
-from .clock import utcnow
-from .deadline import OUTCOME_TIMEOUT, call_with_deadline
-from .models import RunStatus, TaskRun
-from .tasks import engines
+from .deadline import OUTCOME_TIMEOUT, MissedDeadline, call_with_deadline
 
-__all__ = ["BATCH", "INTERVAL", "WATCH_FOR", "OutcomeWatch"]
+__all__ = ["BATCH", "INTERVAL", "WATCH_FOR", "OutcomeWatch", "lookup"]
 
 logger = logging.getLogger(__name__)
 
@@ -115,3 +116,55 @@ def _failure(state: str) -> str:
             "it was revoked."
         )
     return f"The worker reported the run {state}."
+
+
+def lookup(backend: str, result_id: str) -> str:
+    """Return what the engine *backend* says of the result *result_id*, for the admin.
+
+    Never raises, and never waits for the engine more than ``deadline.OUTCOME_TIMEOUT``
+    seconds: the lookup runs on a small shared thread pool. An engine that cannot tell, fails
+    to answer, or does not answer in time is said so.
+    """
+    lookup: Callable[[], str]
+    try:
+        if backend.startswith(f"{engines.DJANGO_TASKS}:"):
+            alias = backend.split(":", 1)[1]
+            handler = engines.task_backends()
+            if alias not in handler.settings:
+                return f"outcome unknown: no backend {alias!r} in TASKS"
+            engine_backend = handler[alias]
+            if not engine_backend.supports_get_result:
+                return f"outcome not reported by backend {backend}"
+
+            def lookup() -> str:
+                return str(engine_backend.get_result(result_id).status).lower()
+
+        elif backend == engines.CELERY:
+            if "celery" not in sys.modules:
+                return "outcome unknown: Celery is not loaded in this process"
+            from celery import current_app
+            from celery.backends.base import DisabledBackend
+
+            # The current app is per thread: take this thread's to the pool's.
+            app = current_app._get_current_object()
+            if isinstance(app.backend, DisabledBackend):
+                return f"outcome not reported by backend {backend} (no result backend)"
+
+            def lookup() -> str:
+                state = app.AsyncResult(result_id).state
+                return "pending (or unknown to the result backend)" if state == "PENDING" else state
+
+        else:
+            return f"outcome not reported by backend {backend}"
+        return call_with_deadline(lookup, timeout=OUTCOME_TIMEOUT)
+    except MissedDeadline:
+        logger.warning(
+            "The outcome of %s on %s was not read: no answer within %g s",
+            result_id,
+            backend,
+            OUTCOME_TIMEOUT,
+        )
+        return f"outcome unknown: the backend did not answer within {OUTCOME_TIMEOUT:g} s"
+    except Exception as exc:
+        logger.warning("Could not read the outcome of %s on %s: %s", result_id, backend, exc)
+        return f"outcome unknown: {type(exc).__name__}: {exc}"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from django.db.models import Case, F, Q, QuerySet, Value, When
 
-from .models import RunStatus, ScheduledTask, TriggerKind
+from ..models import RunStatus, ScheduledTask, TriggerKind
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations

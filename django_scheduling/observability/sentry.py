@@ -18,12 +18,13 @@ from typing import Any
 
 from django.utils import timezone
 
-from . import signals
-from .conf import SchedulingSettings, get_settings
-from .schedules.cron import CronExpression
-from .schedules.triggers import CronTrigger, FixedRateTrigger, Trigger
-from .tasks.registry import TaskDefinition
-from .tasks.resolved import resolve
+from .. import signals
+from ..conf import SchedulingSettings, get_settings
+from ..schedules.cron import CronExpression
+from ..schedules.triggers import CronTrigger, FixedRateTrigger, Trigger
+from ..tasks.registry import TaskDefinition
+from ..tasks.resolved import resolve
+from .events import run_events
 
 __all__ = ["crontab", "install", "monitor_config", "monitor_slug"]
 
@@ -43,11 +44,11 @@ _open_lock = threading.Lock()
 def install() -> None:
     """Connect the receivers that send the check-ins; they do nothing unless
     ``SCHEDULING['SENTRY_CRONS']`` is on."""
-    signals.run_started.connect(_started, dispatch_uid=UID)
-    signals.run_succeeded.connect(_succeeded, dispatch_uid=UID)
-    signals.run_failed.connect(_failed, dispatch_uid=UID)
+    run_events.subscribe(signals.run_started, _started)
+    run_events.subscribe(signals.run_succeeded, _succeeded)
+    run_events.subscribe(signals.run_failed, _failed)
     # An engine task's check-in says that its firing was enqueued on time.
-    signals.run_enqueued.connect(_succeeded, dispatch_uid=UID)
+    run_events.subscribe(signals.run_enqueued, _succeeded)
 
 
 def monitor_slug(name: str) -> str:

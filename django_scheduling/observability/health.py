@@ -21,8 +21,8 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from .checks import scheduler_errors
-from .models import ScheduledTask, SchedulerInstance
+from ..checks import scheduler_errors
+from ..models import ScheduledTask, SchedulerInstance
 from .monitoring import overdue_tasks
 
 __all__ = ["ALIVE_INTERVALS", "DEAD_SHOWN_FOR", "public", "report"]

@@ -36,11 +36,12 @@ import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .clock import utcnow
-from .context import RunTimedOut
+from ..clock import utcnow
+from ..context import RunTimedOut
+from .events import run_events
 
 if TYPE_CHECKING:
-    from .pool import PoolStats
+    from ..pool import PoolStats
 
 __all__ = [
     "EXTRA_HINT",
@@ -215,15 +216,15 @@ def install() -> bool:
             if not available():
                 return False
             _metrics = _Metrics()
-    from . import signals
+    from .. import signals
 
-    # Connecting again is harmless (dispatch_uid), and restores receivers that were removed.
+    # Subscribing again is harmless, and restores observers that were removed.
 
-    signals.run_started.connect(_started, dispatch_uid="django_scheduling.metrics")
-    signals.run_succeeded.connect(_succeeded, dispatch_uid="django_scheduling.metrics")
-    signals.run_failed.connect(_failed, dispatch_uid="django_scheduling.metrics")
-    signals.run_skipped.connect(_skipped, dispatch_uid="django_scheduling.metrics")
-    signals.run_enqueued.connect(_enqueued, dispatch_uid="django_scheduling.metrics")
+    run_events.subscribe(signals.run_started, _started)
+    run_events.subscribe(signals.run_succeeded, _succeeded)
+    run_events.subscribe(signals.run_failed, _failed)
+    run_events.subscribe(signals.run_skipped, _skipped)
+    run_events.subscribe(signals.run_enqueued, _enqueued)
     return True
 
 
@@ -329,7 +330,7 @@ def refresh_overdue(*, every: float = 0.0) -> None:
     _last_overdue_refresh = monotonic
     from django.db import connections
 
-    from .conf import get_settings
+    from ..conf import get_settings
     from .monitoring import overdue_tasks
 
     try:

@@ -15,9 +15,10 @@ import threading
 from datetime import datetime
 from typing import Any
 
-from . import signals
-from .conf import get_settings
-from .models import RunStatus, TaskRun
+from .. import signals
+from ..conf import get_settings
+from ..models import RunStatus, TaskRun
+from .events import run_events
 
 __all__ = ["install", "failures_in_a_row"]
 
@@ -30,10 +31,10 @@ UID = "django_scheduling.alerts"
 
 def install() -> None:
     """Connect the receivers that send ``task_failing`` (and mail ``ADMINS``)."""
-    signals.run_failed.connect(_failed, dispatch_uid=UID)
-    signals.run_succeeded.connect(_succeeded, dispatch_uid=UID)
-    signals.run_enqueued.connect(_succeeded, dispatch_uid=UID)  # an enqueue that worked
-    signals.task_failing.connect(_mail_admins, dispatch_uid=UID)
+    run_events.subscribe(signals.run_failed, _failed)
+    run_events.subscribe(signals.run_succeeded, _succeeded)
+    run_events.subscribe(signals.run_enqueued, _succeeded)  # an enqueue that worked
+    run_events.subscribe(signals.task_failing, _mail_admins)
 
 
 def failures_in_a_row(name: str, *, before: int | None, limit: int, using: str) -> int:
@@ -88,10 +89,7 @@ def _succeeded(sender: str, *, task: Any, run: int | None, **kwargs: Any) -> Non
 
 
 def _send(sender: str, **kwargs: Any) -> None:
-    try:
-        signals.task_failing.send(sender=sender, **kwargs)
-    except Exception:
-        logger.exception("A receiver of task_failing failed for %s", sender)
+    run_events.publish(signals.task_failing, sender, **kwargs)
 
 
 def _mail_admins(
@@ -106,8 +104,7 @@ def _mail_admins(
         subject = f"Scheduled task {sender} has failed {failures} times in a row"
         lines = [f"Run {run} of {sender} failed: {type(exception).__name__}: {exception}"]
     lines.append(f"Sent at {datetime.now().astimezone().isoformat(timespec='seconds')}.")
-    # Off the thread that sends the signal (the writer, for batched runs): a slow mail server
-    # must not hold up the recording of other runs.
+    # Off the events thread: a slow mail server must not hold up the other observers.
     threading.Thread(
         target=_deliver, args=(subject, "\n".join(lines)), name="scheduling-alert", daemon=True
     ).start()

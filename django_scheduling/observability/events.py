@@ -1,0 +1,113 @@
+"""The run events: one fan-out, on a thread of its own, to the app's observers and to the public
+signals.
+
+Every run event (a run started, ended, was skipped, lost its lock; a task is failing) is
+published here by the firing path and delivered, in the order published, on the
+``scheduling-events`` thread: first to the app's own observers (metrics, Sentry Crons, failure
+alerts: ``subscribe()``), each guarded, then to the receivers of the public signal, with
+``send_robust``. So no observer holds up the path that runs tasks and releases their locks, and
+no receiver that raises (``SystemExit`` included) stops the others or the thread. A thread
+that dies anyway is started again by the next event.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from django.dispatch import Signal
+
+__all__ = ["RunEvents", "run_events"]
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[..., object]
+
+
+class RunEvents:
+    """A queue of run events and the thread that delivers them."""
+
+    def __init__(self, name: str = "scheduling-events") -> None:
+        self.name = name
+        self._observers: dict[Signal, list[Handler]] = {}
+        self._queue: deque[tuple[Signal, str, dict[str, Any]]] = deque()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def subscribe(self, signal: Signal, handler: Handler) -> None:
+        """Deliver *signal*'s events to *handler* (called as a receiver is: ``handler(sender,
+        **kwargs)``), before the signal's receivers; subscribing it again changes nothing."""
+        with self._cond:
+            handlers = self._observers.setdefault(signal, [])
+            if handler not in handlers:
+                handlers.append(handler)
+
+    def unsubscribe(self, signal: Signal, handler: Handler) -> None:
+        with self._cond:
+            handlers = self._observers.get(signal, [])
+            if handler in handlers:
+                handlers.remove(handler)
+
+    def publish(self, signal: Signal, sender: str, **kwargs: Any) -> None:
+        """Queue an event of *signal* from *sender*; never waits on an observer."""
+        with self._cond:
+            self._queue.append((signal, sender, kwargs))
+            self._ensure_thread()
+            self._cond.notify()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every event published so far is delivered; return whether they were."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
+
+    @property
+    def pending(self) -> int:
+        """How many events wait to be delivered."""
+        with self._cond:
+            return len(self._queue)
+
+    def _ensure_thread(self) -> None:
+        # Called with the condition held. After a fork the parent's thread is not here.
+        if self._pid != os.getpid():
+            self._pid, self._thread, self._busy = os.getpid(), None, False
+        if self._thread is not None and self._thread.is_alive():
+            return
+        if self._thread is not None:
+            logger.error("The %s thread had stopped; starting it again", self.name)
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+                self._cond.wait_for(lambda: bool(self._queue))
+                signal, sender, kwargs = self._queue.popleft()
+                self._busy = True
+                handlers = list(self._observers.get(signal, ()))
+            self._deliver(handlers, signal, sender, kwargs)
+
+    def _deliver(
+        self, handlers: list[Handler], signal: Signal, sender: str, kwargs: dict[str, Any]
+    ) -> None:
+        for handler in handlers:
+            try:
+                handler(sender, signal=signal, **kwargs)
+            except BaseException:  # an observer's failure is its own, never the others'
+                logger.exception("The observer %r failed for %s", handler, sender)
+        try:
+            # send_robust logs each receiver's exception (logger django.dispatch).
+            signal.send_robust(sender=sender, **kwargs)
+        except BaseException:  # SystemExit from a receiver: send_robust catches Exception only
+            logger.exception("A receiver of a run signal stopped it for %s", sender)
+
+
+#: The run events of this process.
+run_events = RunEvents()
