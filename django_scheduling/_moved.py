@@ -38,6 +38,7 @@ MOVED = {
     "health": "observability.health",
     "monitoring": "observability.monitoring",
     "deadline": "observability.deadline",
+    "autostart": "startup.autostart",
 }
 
 _PACKAGE = "django_scheduling"

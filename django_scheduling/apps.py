@@ -12,11 +12,13 @@ class SchedulingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the checks)
-        from .autostart import maybe_autostart
+        from . import checks
         from .observability import alerts, metrics, sentry
+        from .startup.argv import management_command
+        from .startup.autostart import maybe_autostart
         from .tasks import registry
 
+        checks.report_for(management_command())
         registry.autodiscover()
         post_migrate.connect(_sync_after_migrate, sender=self)
         if _metrics_wanted():

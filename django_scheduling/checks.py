@@ -29,10 +29,22 @@ __all__ = [
     "scheduler_errors",
     "describe",
     "BLOCKING_COMMANDS",
+    "report_for",
 ]
 
 #: The commands in which a mistake is an error: they check the project or run the scheduler.
 BLOCKING_COMMANDS = frozenset({"check", "runscheduler", "scheduling_status"})
+#: The management command this process runs (``report_for()``); ``None``: none.
+_command: str | None = None
+
+
+def report_for(command: str | None) -> None:
+    """Report the mistakes as the process that runs *command* (``None``: a server, a script, a
+    test runner) must: as errors, unless it is a command that does not need the scheduler.
+    ``AppConfig.ready()`` says which, from the command line."""
+    global _command
+    _command = command
+
 
 _TASK_IDS = {
     "trigger": "E001",
@@ -263,10 +275,7 @@ def describe(messages: Sequence[checks.CheckMessage]) -> str:
 def _as_reported_here(errors: list[checks.Error]) -> list[checks.CheckMessage]:
     """Return *errors* as this process reports them: as warnings in commands that do not
     need the scheduler, so that ``runserver`` serves and ``migrate`` migrates."""
-    from .autostart import management_command
-
-    command = management_command()
-    if command is None or command in BLOCKING_COMMANDS:
+    if _command is None or _command in BLOCKING_COMMANDS:
         return list(errors)
     return [
         checks.Warning(

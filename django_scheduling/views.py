@@ -20,12 +20,12 @@ from django.utils.crypto import constant_time_compare
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from .autostart import refused_because
 from .checks import scheduler_errors
 from .clock import utcnow
 from .conf import InvalidSettings, get_settings
 from .observability.health import public, report
 from .service import current_service
+from .startup.autostart import refused_because
 from .storage.errors import missing_table
 
 __all__ = ["health", "live", "liveness_body"]

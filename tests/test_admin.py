@@ -538,8 +538,9 @@ class ConfigurationErrorBannerTests(AdminTestCase):
         self.use_tasks(tasks)
         # runserver serves in spite of the mistake, so its checks say it as a warning; the
         # scheduler does not run all the same, and the banner says so.
-        with mock.patch("sys.argv", ["manage.py", "runserver"]):
-            response = self.client.get(TASKS_URL)
+        scheduling_checks.report_for("runserver")
+        self.addCleanup(scheduling_checks.report_for, None)
+        response = self.client.get(TASKS_URL)
         self.assertContains(response, 'id="ds-configuration-errors"', count=1)
         self.assertContains(response, "django_scheduling.E001")
 

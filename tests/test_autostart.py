@@ -23,7 +23,8 @@ import pytest
 from django.db import DatabaseError, OperationalError, ProgrammingError, connection
 from django.test import SimpleTestCase, TransactionTestCase
 
-from django_scheduling.autostart import _stop_on_interrupt, serving_mode
+from django_scheduling.startup.argv import serving_mode
+from django_scheduling.startup.autostart import _stop_on_interrupt
 from django_scheduling.storage.errors import describe_database_error, missing_table
 
 from .processes import ROOT, Process, poll, process_env
@@ -71,7 +72,7 @@ SERVING_MODE_CASES = [
 
 EVALUATE = """
 import json, sys
-from django_scheduling.autostart import serving_mode
+from django_scheduling.startup.argv import serving_mode
 assert "pytest" not in sys.modules
 cases = json.load(sys.stdin)
 json.dump([serving_mode(argv, environ) for argv, environ, _ in cases], sys.stdout)

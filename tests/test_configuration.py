@@ -24,7 +24,7 @@ from .test_autostart import autostarted_pids, free_port
 from .testapp.models import Execution
 
 AUTOSTARTED = "Scheduler autostarted in process"
-NOT_STARTING = "ERROR django_scheduling.autostart: The scheduler is not starting"
+NOT_STARTING = "ERROR django_scheduling.startup.autostart: The scheduler is not starting"
 SERVER_READY = "Quit the server with"
 BAD_SETTING = {"CORE_POOL_SIZ": 8, "LOCK_AT_MOST_FOR": "ten minutes"}
 

@@ -20,107 +20,25 @@ import os
 import signal
 import sys
 import threading
-import traceback
 from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-__all__ = [
-    "maybe_autostart",
-    "serving_mode",
-    "management_command",
-    "running_service",
-    "refused_because",
-]
+from ..checks import describe, scheduler_errors
+from ..service import SchedulerService
+from .argv import management_command, serving_mode
+
+__all__ = ["maybe_autostart", "refused_because", "start_service"]
 
 logger = logging.getLogger(__name__)
 
-# Prefixes of the program's name: "waitress" covers waitress-serve and python -m waitress.
-_SERVERS = ("gunicorn", "uwsgi", "daphne", "uvicorn", "hypercorn", "waitress")
 _lock = threading.Lock()
 _service = None
 _service_pid: int | None = None
 _refused: list[Any] = []
 _refused_pid: int | None = None
-
-
-def serving_mode(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> str:
-    """Return how this process serves: ``"now"`` (start here), ``"after_fork"`` (start in each
-    forked worker) or ``"no"``."""
-    argv = sys.argv if argv is None else argv
-    environ = os.environ if environ is None else environ
-    program = _program(argv)
-    if "pytest" in sys.modules or program in ("pytest", "py.test"):
-        return "no"
-    command = _management_command(argv)
-    if command is not None:
-        if command != "runserver":
-            return "no"
-        # The autoreloader runs the server in a child with RUN_MAIN set; the parent only watches.
-        if environ.get("RUN_MAIN") == "true" or "--noreload" in argv:
-            return "now"
-        return "no"
-    if "uwsgi" in sys.modules or _importable_uwsgi():
-        return _uwsgi_mode()
-    if _is_server(program):
-        if program.startswith("gunicorn") and _loading_in_gunicorn_master():
-            return "after_fork"
-        return "now"
-    if "mod_wsgi" in sys.modules:
-        return "now"
-    return "no"
-
-
-def _program(argv: list[str]) -> str:
-    """Return the program's name; for ``python -m package``, the package's."""
-    if not argv:
-        return ""
-    name = os.path.basename(argv[0])
-    if name == "__main__.py":
-        # ``python -m gunicorn`` sets argv[0] to the path of gunicorn/__main__.py.
-        return os.path.basename(os.path.dirname(argv[0])) or name
-    return name
-
-
-def _is_server(program: str) -> bool:
-    return any(program.startswith(server) for server in _SERVERS)
-
-
-def _management_command(argv: list[str]) -> str | None:
-    program = os.path.basename(argv[0]) if argv else ""
-    if program == "__main__.py" and _is_server(_program(argv)):
-        return None  # python -m gunicorn, unlike python -m django, is no management command
-    if program in ("manage.py", "django-admin", "django-admin.py", "__main__.py") or (
-        program.endswith(".py") and len(argv) > 1 and not argv[1].startswith("-")
-    ):
-        args = [a for a in argv[1:] if not a.startswith("-")]
-        return args[0] if args else "help"
-    return None
-
-
-def _importable_uwsgi() -> bool:
-    try:
-        import uwsgi  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _uwsgi_mode() -> str:
-    import uwsgi
-
-    lazy = uwsgi.opt.get("lazy-apps") or uwsgi.opt.get("lazy")
-    return "now" if lazy or uwsgi.worker_id() > 0 else "after_fork"
-
-
-def _loading_in_gunicorn_master() -> bool:
-    """Return whether gunicorn's arbiter is loading the app (``--preload``)."""
-    files = [frame.filename.replace("\\", "/") for frame in traceback.extract_stack()]
-    in_worker = any("/gunicorn/workers/" in name for name in files)
-    in_arbiter = any(name.endswith("/gunicorn/arbiter.py") for name in files)
-    return in_arbiter and not in_worker
 
 
 def maybe_autostart() -> None:
@@ -134,15 +52,6 @@ def maybe_autostart() -> None:
         start_service()
     elif mode == "after_fork":
         _start_after_fork()
-
-
-def management_command(argv: list[str] | None = None) -> str | None:
-    """Return the management command that this process runs, or ``None`` when it runs none
-    (a server, a script, a test runner)."""
-    argv = sys.argv if argv is None else argv
-    if _program(argv) in ("pytest", "py.test"):
-        return None
-    return _management_command(argv)
 
 
 def _start_after_fork() -> None:
@@ -175,8 +84,6 @@ def start_service() -> None:
     ERROR and do not start: ``refused_because()`` returns them.
     """
     global _service, _service_pid, _refused, _refused_pid
-    from .checks import describe, scheduler_errors
-    from .service import SchedulerService
 
     with _lock:
         pid = os.getpid()
@@ -243,7 +150,7 @@ def _autostart_setting() -> bool:
     not turn it off, so that the mistake is logged where the scheduler would have run."""
     from django.conf import settings
 
-    from .conf import get_settings
+    from ..conf import get_settings
 
     try:
         return get_settings().autostart
@@ -266,11 +173,6 @@ def _exit_timeout() -> float | None:
     their locks at once, and a restarted dev server can run the tasks straight away.
     Elsewhere ``SHUTDOWN_TIMEOUT`` applies.
     """
-    if _management_command(sys.argv) == "runserver":
+    if management_command() == "runserver":
         return 0.0
     return None
-
-
-def running_service() -> object | None:
-    """Return the scheduler service autostarted in this process, if any."""
-    return _service if _service_pid == os.getpid() else None
