@@ -39,6 +39,10 @@ MOVED = {
     "monitoring": "observability.monitoring",
     "deadline": "observability.deadline",
     "autostart": "startup.autostart",
+    "admin_views": "admin.views",
+    "trends": "admin.trends",
+    "charts": "admin.charts",
+    "trends_admin": "admin.mixins",
 }
 
 _PACKAGE = "django_scheduling"

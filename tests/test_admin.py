@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.html import strip_tags
 
 from django_scheduling import checks as scheduling_checks
-from django_scheduling.admin_views import breakable
+from django_scheduling.admin.views import breakable
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.tasks.registry import TaskRegistry
 

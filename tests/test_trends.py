@@ -10,7 +10,8 @@ from zoneinfo import ZoneInfo
 from django.test import SimpleTestCase
 from django.utils import timezone
 
-from django_scheduling import charts
+from django_scheduling.admin import charts
+from django_scheduling.admin.trends import RunPoint, percentile, run_points, run_stats
 from django_scheduling.schedules.timeline import (
     Firing,
     TaskPlan,
@@ -19,7 +20,6 @@ from django_scheduling.schedules.timeline import (
     plan_firings,
 )
 from django_scheduling.schedules.triggers import TriggerState, make_trigger
-from django_scheduling.trends import RunPoint, percentile, run_points, run_stats
 
 NOW = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)
 SCRIPT_NAME = "<script>alert(1)</script> & co"

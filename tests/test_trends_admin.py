@@ -13,10 +13,10 @@ from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from django_scheduling.admin.trends import recent_runs_of
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
 from django_scheduling.tasks import registry as registry_module
 from django_scheduling.tasks.registry import TaskRegistry
-from django_scheduling.trends import recent_runs_of
 
 from .test_admin import (
     ESCAPED_SCRIPT,

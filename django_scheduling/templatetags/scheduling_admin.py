@@ -8,7 +8,7 @@ from django import template
 from django.core.checks import CheckMessage
 from django.utils.safestring import SafeString
 
-from ..admin_views import (
+from ..admin.views import (
     configuration_errors,
     format_instance,
     format_run_duration,

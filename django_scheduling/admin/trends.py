@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from django.db import connections
 
-from .models import RunStatus, TaskRun
+from ..models import RunStatus, TaskRun
 
 __all__ = [
     "CHART_RUNS",

@@ -32,13 +32,13 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_POST
 
-from .checks import scheduler_errors
-from .conf import SchedulingSettings, get_settings
-from .formats import format_time
-from .models import ScheduledTask, TaskRun
-from .observability.monitoring import OverdueReason, TaskState, overdue_tasks
-from .process import INSTANCE_NAME
-from .schedules.durations import format_duration
+from ..checks import scheduler_errors
+from ..conf import SchedulingSettings, get_settings
+from ..formats import format_time
+from ..models import ScheduledTask, TaskRun
+from ..observability.monitoring import OverdueReason, TaskState, overdue_tasks
+from ..process import INSTANCE_NAME
+from ..schedules.durations import format_duration
 
 if TYPE_CHECKING:
     # The mixin is used only on a ModelAdmin of ScheduledTask, whose methods it calls.

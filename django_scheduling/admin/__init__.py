@@ -20,7 +20,19 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from .admin_views import (
+from ..models import RunStatus, ScheduledTask, TaskLock, TaskRun, TriggerKind
+from ..observability import outcomes
+from ..observability.monitoring import (
+    FAILING_AFTER,
+    OverdueReason,
+    StateAnnotations,
+    TaskState,
+    annotate_state,
+)
+from ..schedules.triggers import MISSED_COUNT_LIMIT
+from .mixins import TrendsMixin
+from .trends import SPARKLINE_RUNS, failures_in_a_row
+from .views import (
     OVERDUE_REASON_LABELS,
     STATE_LABELS,
     TaskControlMixin,
@@ -34,18 +46,6 @@ from .admin_views import (
     format_time,
     format_yes_no,
 )
-from .models import RunStatus, ScheduledTask, TaskLock, TaskRun, TriggerKind
-from .observability import outcomes
-from .observability.monitoring import (
-    FAILING_AFTER,
-    OverdueReason,
-    StateAnnotations,
-    TaskState,
-    annotate_state,
-)
-from .schedules.triggers import MISSED_COUNT_LIMIT
-from .trends import SPARKLINE_RUNS, failures_in_a_row
-from .trends_admin import TrendsMixin
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise, WithAnnotations

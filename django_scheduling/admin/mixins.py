@@ -24,16 +24,16 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET
 
+from ..conf import SchedulingSettings
+from ..formats import format_time
+from ..models import ScheduledTask
+from ..schedules import timeline
+from ..schedules.timeline import TaskPlan
+from ..schedules.triggers import Trigger, TriggerState
+from ..tasks import registry as registry_module
+from ..tasks.resolved import resolve
 from . import charts, trends
-from .admin_views import admin_settings, naturaltime_ago
-from .conf import SchedulingSettings
-from .formats import format_time
-from .models import ScheduledTask
-from .schedules import timeline
-from .schedules.timeline import TaskPlan
-from .schedules.triggers import Trigger, TriggerState
-from .tasks import registry as registry_module
-from .tasks.resolved import resolve
+from .views import admin_settings, naturaltime_ago
 
 if TYPE_CHECKING:
     from django.contrib import admin

@@ -15,11 +15,11 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from .admin_views import format_run_duration
-from .formats import format_time
-from .models import RunStatus
-from .schedules.timeline import Timeline
+from ..formats import format_time
+from ..models import RunStatus
+from ..schedules.timeline import Timeline
 from .trends import CHART_RUNS, FAILURES, RunPoint
+from .views import format_run_duration
 
 __all__ = ["STATUS_COLOURS", "status_label", "run_chart", "sparkline", "timeline_strip"]
 
