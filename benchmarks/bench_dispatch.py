@@ -177,7 +177,7 @@ class OursHarness(Harness):
     """django_scheduling's Scheduler with a minimal in-memory Runner and FixedRateTrigger."""
 
     def __init__(self, tasks: int) -> None:
-        from django_scheduling.scheduler import Scheduler
+        from django_scheduling.runtime.scheduler import Scheduler
 
         self.runner = _make_memory_runner()
         # Harness-only lists, made before the RSS baseline like the tasks' own lists.
@@ -200,7 +200,7 @@ class OursHarness(Harness):
         self.scheduler.start()
 
     def add(self, funcs: Sequence[Callable[[], None]], anchors_us: Sequence[int]) -> None:
-        from django_scheduling.scheduler import Entry
+        from django_scheduling.runtime.scheduler import Entry
         from django_scheduling.schedules.triggers import FixedRateTrigger, TriggerState
 
         self.tasks = []

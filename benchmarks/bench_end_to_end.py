@@ -572,7 +572,7 @@ class Runner:
         self, config: Config, ready_at: float, burst: float | None, seconds: int, warmup: int
     ) -> Window:
         # Here, not at the top: the APScheduler worker runs this file without the project.
-        from django_scheduling.scheduler import claim_ahead
+        from django_scheduling.runtime.scheduler import claim_ahead
 
         if burst is None:
             first = float(math.ceil(ready_at + warmup))

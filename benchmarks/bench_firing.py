@@ -1,6 +1,6 @@
 """Database cost of one firing: statements and wall time per executed and per skipped firing.
 
-Runs the real firing path (``TaskRunner.run``: lock, shared state, claim, history, release)
+Runs the real firing path (``FiringPipeline.run``: lock, shared state, claim, history, release)
 against MariaDB, PostgreSQL and SQLite, and measures a bare single-row ``UPDATE`` round trip in
 the same run as the floor to compare with. Commits are durable on both servers.
 
@@ -118,21 +118,21 @@ def measure_all(iterations: int) -> list[dict]:
     from django.db import connection
 
     from django_scheduling.conf import get_settings
-    from django_scheduling.execution import TaskRunner
     from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
     from django_scheduling.models import TaskLock
-    from django_scheduling.scheduler import Entry
+    from django_scheduling.runtime.firing import FiringPipeline
+    from django_scheduling.runtime.scheduler import Entry
     from django_scheduling.tasks.registry import TaskRegistry
 
     registry = TaskRegistry()
 
-    def runner(name: str, clock: Clock) -> TaskRunner:
+    def runner(name: str, clock: Clock) -> FiringPipeline:
         conf = dataclasses.replace(get_settings(), instance_name=name)
-        return TaskRunner(
+        return FiringPipeline(
             conf=conf, provider=DatabaseLockProvider(owner=name), default_zone=UTC, clock=clock
         )
 
-    def entry(task_runner: TaskRunner, name: str) -> Entry:
+    def entry(task_runner: FiringPipeline, name: str) -> Entry:
         definition = registry.add(lambda: None, fixed_rate="1s", name=name)
         (spec,) = task_runner.specs([definition], complete=False)
         return Entry(name, spec)
@@ -264,7 +264,7 @@ def main() -> None:
         f"Measured {datetime.now(UTC):%Y-%m-%d} on {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}, with `python benchmarks/bench_firing.py "
         f"--iterations {args.iterations}`. Each row is {args.iterations} firings through the "
-        "real firing path (`TaskRunner.run`) of a task that does nothing, in one thread, over "
+        "real firing path (`FiringPipeline.run`) of a task that does nothing, in one thread, over "
         "loopback; the bare `UPDATE` is measured in the same run as the floor.",
         "",
     ]

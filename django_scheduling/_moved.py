@@ -43,6 +43,14 @@ MOVED = {
     "trends": "admin.trends",
     "charts": "admin.charts",
     "trends_admin": "admin.mixins",
+    "scheduler": "runtime.scheduler",
+    "pool": "runtime.pool",
+    "keepalive": "runtime.keepalive",
+    "writer": "runtime.writer",
+    "outbox": "runtime.outbox",
+    "maintenance": "runtime.maintenance",
+    "service": "runtime.service",
+    "execution": "runtime.firing",
 }
 
 _PACKAGE = "django_scheduling"
@@ -72,10 +80,15 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             DeprecationWarning,
             stacklevel=4,
         )
-        return importlib.import_module(new)
+        module = importlib.import_module(new)
+        # The import system gives the module the old path's spec: it keeps its own.
+        spec.loader_state = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        pass  # the module at the new path is loaded already
+        # Loaded already, at its new path; its own spec back (relative imports read it).
+        assert module.__spec__ is not None
+        module.__spec__ = module.__spec__.loader_state
 
 
 def install() -> None:

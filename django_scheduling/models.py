@@ -239,6 +239,10 @@ class SchedulerInstance(models.Model):
     pid = models.PositiveIntegerField(_("process id"))
     started_at = models.DateTimeField(_("started at"))
     last_seen = models.DateTimeField(_("last seen"))
+    #: Its writes waiting for the database, and those set aside (failed for good), as of its
+    #: last heartbeat.
+    outbox_pending = models.PositiveIntegerField(_("writes waiting"), default=0)
+    outbox_set_aside = models.PositiveIntegerField(_("writes set aside"), default=0)
 
     class Meta:
         verbose_name = _("scheduler instance")

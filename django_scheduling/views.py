@@ -24,7 +24,7 @@ from .checks import scheduler_errors
 from .clock import utcnow
 from .conf import InvalidSettings, get_settings
 from .observability.health import public, report
-from .service import current_service
+from .runtime.service import current_service
 from .startup.autostart import refused_because
 from .storage.errors import missing_table
 

@@ -13,7 +13,7 @@ from django.test import TransactionTestCase, override_settings
 
 from django_scheduling.models import RunStatus, TaskRun
 from django_scheduling.observability import alerts
-from django_scheduling.service import SchedulerService
+from django_scheduling.runtime.service import SchedulerService
 from django_scheduling.signals import task_failing
 from django_scheduling.tasks.registry import TaskRegistry
 

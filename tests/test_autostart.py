@@ -266,7 +266,7 @@ class StartThreadTests(TransactionTestCase):
 
     def test_any_exception_is_logged_and_retried(self):
         from django_scheduling.conf import SchedulingSettings
-        from django_scheduling.service import SchedulerService
+        from django_scheduling.runtime.service import SchedulerService
         from django_scheduling.tasks.registry import TaskDefinition, TaskRegistry
 
         failures = ["once"]
@@ -282,7 +282,7 @@ class StartThreadTests(TransactionTestCase):
             [task], tasks=TaskRegistry(), conf=SchedulingSettings.from_dict({"HISTORY": False})
         )
         self.addCleanup(service.stop, 5)
-        with self.assertLogs("django_scheduling.service", "INFO") as logs:
+        with self.assertLogs("django_scheduling.runtime.service", "INFO") as logs:
             service.start_in_background()
             poll(lambda: "Scheduler started" in "\n".join(logs.output), timeout=30)
         [failure] = [line for line in logs.output if line.startswith("ERROR")]

@@ -21,19 +21,19 @@ from django.test import TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
 
-from django_scheduling import scheduler as scheduler_module
 from django_scheduling import signals
 from django_scheduling.conf import get_settings
-from django_scheduling.execution import TaskRunner
-from django_scheduling.keepalive import KeepAlive
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.observability.events import run_events
-from django_scheduling.outbox import Outbox
-from django_scheduling.scheduler import SINGLE, Call, Entry
+from django_scheduling.runtime import delay_queue
+from django_scheduling.runtime.calls import Call, Entry
+from django_scheduling.runtime.firing import FiringPipeline
+from django_scheduling.runtime.keepalive import KeepAlive
+from django_scheduling.runtime.outbox import Outbox
+from django_scheduling.runtime.writer import EndWriter
 from django_scheduling.storage import task_rows
 from django_scheduling.tasks.registry import TaskRegistry
-from django_scheduling.writer import EndWriter
 
 from .test_execution import database_now, poll_until
 
@@ -73,7 +73,7 @@ class Instance:
         self.writer = EndWriter(
             using=conf.database, provider=provider, outbox=self.outbox, name=f"writer-{name}"
         )
-        self.runner = TaskRunner(
+        self.runner = FiringPipeline(
             conf=conf,
             provider=provider,
             default_zone=UTC,
@@ -88,7 +88,7 @@ class Instance:
         return [Entry(s.name, s) for s in self.runner.specs(definitions, complete=False)]
 
     def batch(self, entries: list[Entry], firing: datetime):
-        return self.runner.run_batch([(entry, firing) for entry in entries])
+        return self.runner.dispatch([(entry, firing) for entry in entries])
 
     def run_calls(self, entries: list[Entry], outcomes) -> int:
         """Run the calls among *outcomes* as the pool would, and wait until the writer has
@@ -109,7 +109,9 @@ class Instance:
         self.writer.stop(timeout=DEADLINE)
 
 
-class BatchTests(TransactionTestCase):
+class Instances(TransactionTestCase):
+    """Tests with instances (see ``Instance``) made by ``instance()`` and stopped after."""
+
     def setUp(self) -> None:
         self.registry = TaskRegistry()
         self.clock = Clock(T0)
@@ -124,6 +126,8 @@ class BatchTests(TransactionTestCase):
         self.instances.append(instance)
         return instance
 
+
+class BatchTests(Instances):
     def tasks(self, count: int, **options):
         options.setdefault("fixed_rate", "10s")
         counters = [Counter() for _ in range(count)]
@@ -602,19 +606,24 @@ class BatchTests(TransactionTestCase):
             waited = time.monotonic() - started
         finally:
             stuck.rollback()
-        self.assertEqual(outcomes, [SINGLE] * 3)  # each then alone, job001 as held elsewhere
+        # Then each alone: job001 counts as held elsewhere, the others are claimed.
+        self.assertIsInstance(outcomes[0], Call)
+        self.assertIsInstance(outcomes[1], datetime)
+        self.assertIsInstance(outcomes[2], Call)
         self.assertLess(waited, 10)  # two waits of lock_wait_timeout (2 s), not MySQL's 50 s
-        self.assertEqual(TaskRun.objects.count(), 3)  # nothing of the batch was written
+        self.assertEqual(a.run_calls(entries, outcomes), 2)
+        later = TaskRun.objects.filter(scheduled_at=T0 + timedelta(seconds=10))
+        self.assertEqual(sorted(later.values_list("task_name", flat=True)), ["job000", "job002"])
 
-    def test_a_deleted_row_is_left_to_the_single_path(self):
-        definitions, _ = self.tasks(2)
+    def test_a_row_deleted_while_the_scheduler_runs_is_made_again_and_its_task_runs(self):
+        definitions, counters = self.tasks(2)
         a = self.instance("a")
         entries = a.entries(definitions)
         ScheduledTask.objects.filter(name="job000").delete()
         outcomes = a.batch(entries, T0)
-        self.assertIs(outcomes[0], SINGLE)
-        self.assertIsInstance(outcomes[1], Call)
-        a.run_calls(entries, outcomes)
+        self.assertEqual(a.run_calls(entries, outcomes), 2)
+        self.assertEqual([counter.count for counter in counters], [1, 1])
+        self.assertEqual(ScheduledTask.objects.get(name="job000").last_fire_time, T0)
 
 
 class BatchLockTests(TransactionTestCase):
@@ -687,13 +696,13 @@ class BatchLockTests(TransactionTestCase):
 
 
 def _works(names: list[str]) -> list:
-    return [scheduler_module._Work(None, Entry(name), T0) for name in names]  # type: ignore[arg-type]
+    return [delay_queue.Due(Entry(name), T0) for name in names]  # type: ignore[arg-type]
 
 
 def test_batches_are_cut_in_name_order_whatever_the_order_of_the_heap() -> None:
     names = [f"task-{index:02d}" for index in range(10)]
     shuffled = names[::3] + names[1::3] + names[2::3]
-    batches = scheduler_module.in_batches(_works(shuffled), 4, start=0.0)
+    batches = delay_queue.in_batches(_works(shuffled), 4, start=0.0)
     assert [[work.entry.name for work in batch] for batch in batches] == [
         names[0:4],
         names[4:8],
@@ -704,7 +713,7 @@ def test_batches_are_cut_in_name_order_whatever_the_order_of_the_heap() -> None:
 @pytest.mark.parametrize(("start", "first"), [(0.0, 0), (0.34, 1), (0.5, 1), (0.67, 2), (0.99, 2)])
 def test_claims_begin_at_the_batch_at_start_and_wrap_around(start: float, first: int) -> None:
     names = [f"task-{index:02d}" for index in range(9)]
-    batches = scheduler_module.in_batches(_works(names), 3, start=start)
+    batches = delay_queue.in_batches(_works(names), 3, start=start)
     firsts = [batch[0].entry.name for batch in batches]
     expected = ["task-00", "task-03", "task-06"]
     assert firsts == expected[first:] + expected[:first]

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.test import SimpleTestCase
 
-from django_scheduling.scheduler import RunRequest
+from django_scheduling.runtime.scheduler import RunRequest
 from django_scheduling.schedules.decisions import TRIGGER_CHANGED, Run, Skip, decide
 from django_scheduling.schedules.triggers import FixedRateTrigger, TriggerState
 from django_scheduling.storage.task_rows import TaskRow

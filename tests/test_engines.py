@@ -31,14 +31,14 @@ from django_scheduling import signals
 from django_scheduling.checks import check_engines, task_errors
 from django_scheduling.conf import get_settings
 from django_scheduling.context import EnqueuedTooLate
-from django_scheduling.execution import TaskRunner
 from django_scheduling.locking import DatabaseLockProvider
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
 from django_scheduling.observability import outcomes
 from django_scheduling.observability.deadline import OUTCOME_TIMEOUT
 from django_scheduling.observability.events import run_events
 from django_scheduling.observability.outcomes import WATCH_FOR, OutcomeWatch
-from django_scheduling.scheduler import Entry, RunRequest
+from django_scheduling.runtime.firing import FiringPipeline
+from django_scheduling.runtime.scheduler import Entry, RunRequest
 from django_scheduling.tasks import engines
 from django_scheduling.tasks.registry import TaskRegistry
 from tests.engines_celery import REDIS_URL
@@ -62,7 +62,7 @@ SECOND = timedelta(seconds=1)
 
 def make_runner(name, now):
     conf = dataclasses.replace(get_settings(), instance_name=name)
-    return TaskRunner(
+    return FiringPipeline(
         conf=conf,
         provider=DatabaseLockProvider(owner=name),
         default_zone=UTC,
@@ -525,7 +525,7 @@ class CeleryTests(TransactionTestCase):
         definition = self.registry.add(self.down_task(), fixed_rate="2s", name="feeds")
         runner = make_runner("a", T0)
         started = time.monotonic()
-        with self.assertLogs("django_scheduling.execution", "WARNING") as logs:
+        with self.assertLogs("django_scheduling.runtime.firing", "WARNING") as logs:
             self.assertEqual(runner.run(entry(runner, definition), T0), T0 + 2 * SECOND)
         # Tried again within the 2 s until the next fire time, then given up.
         self.assertLess(time.monotonic() - started, 10)

@@ -13,14 +13,20 @@ from django.test import SimpleTestCase, TransactionTestCase
 
 from django_scheduling import signals
 from django_scheduling.conf import get_settings
-from django_scheduling.execution import TaskRunner, TaskSpec
-from django_scheduling.keepalive import KeepAlive
-from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
+from django_scheduling.locking import (
+    BaseLockProvider,
+    DatabaseLockProvider,
+    LockConfiguration,
+    LockError,
+)
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.observability.events import run_events
-from django_scheduling.scheduler import Entry, RunRequest
-from django_scheduling.schedules.triggers import FixedRateTrigger, TriggerState
+from django_scheduling.runtime.firing import FiringPipeline, TaskSpec
+from django_scheduling.runtime.keepalive import KeepAlive
+from django_scheduling.runtime.scheduler import Entry, RunRequest
+from django_scheduling.schedules.triggers import TriggerState
 from django_scheduling.tasks.registry import TaskRegistry
+from django_scheduling.tasks.resolved import resolve
 
 T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
 DEADLINE = 10.0
@@ -37,7 +43,7 @@ class Clock:
 
 def make_runner(name, clock, provider=None):
     conf = dataclasses.replace(get_settings(), instance_name=name)
-    return TaskRunner(
+    return FiringPipeline(
         conf=conf,
         provider=provider or DatabaseLockProvider(owner=name),
         default_zone=UTC,
@@ -189,7 +195,7 @@ class ExecutionTests(TransactionTestCase):
         self.assertEqual(calls.count, 1)
 
     def test_no_lock_no_run_when_the_database_fails(self):
-        class Down:
+        class Down(BaseLockProvider):
             def lock(self, config):
                 raise LockError("connection refused")
 
@@ -353,12 +359,8 @@ class TaskSpecTests(SimpleTestCase):
 
     def spec(self) -> TaskSpec:
         definition = TaskRegistry().add(lambda: None, fixed_rate="1s", name="job")
-        return TaskSpec(
-            name="job",
-            definition=definition,
-            trigger=FixedRateTrigger(timedelta(seconds=1)),
-            _state=TriggerState(),
-        )
+        task = resolve(definition, get_settings(), UTC)
+        return TaskSpec(name="job", task=task, _state=TriggerState())
 
     def test_it_is_its_own_entry(self):
         spec = self.spec()

@@ -20,7 +20,7 @@ from django.urls import reverse
 from django_scheduling.conf import InvalidSettings, SchedulingSettings
 from django_scheduling.models import ScheduledTask, SchedulerInstance
 from django_scheduling.observability.health import DEAD_SHOWN_FOR, report
-from django_scheduling.service import LIVE_MINIMUM, SchedulerService
+from django_scheduling.runtime.service import LIVE_MINIMUM, SchedulerService
 from django_scheduling.storage.instances import beat, forget_instance, forget_old_instances
 
 from .processes import Process, manage, poll, process_env
@@ -329,7 +329,7 @@ class LivenessTests(TransactionTestCase):
     """``scheduling/live/``: this process's scheduler, read from its threads (no query)."""
 
     def test_none_running_here_is_alive(self):
-        from django_scheduling import service as service_module
+        from django_scheduling.runtime import service as service_module
 
         self.addCleanup(setattr, service_module, "_current", service_module._current)
         service_module._current = None

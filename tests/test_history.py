@@ -10,13 +10,13 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 from django.test import TestCase, TransactionTestCase, override_settings
 
-from django_scheduling import maintenance
 from django_scheduling.clock import utcnow
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.observability import monitoring
 from django_scheduling.observability.monitoring import TaskState
+from django_scheduling.runtime import maintenance
+from django_scheduling.runtime.service import SchedulerService
 from django_scheduling.schedules.triggers import FixedRateTrigger, make_trigger
-from django_scheduling.service import SchedulerService
 from django_scheduling.storage import history, task_rows
 from django_scheduling.tasks import registry as registry_module
 from django_scheduling.tasks.registry import TaskRegistry
@@ -287,7 +287,8 @@ class ServiceTests(TransactionTestCase):
             lambda: TaskRun.objects.filter(task_name="victim", status=RunStatus.REJECTED).first(),
             timeout=15,
         )
-        self.assertIn("threads 1/1", rejected.error_message)
+        # The numbers of the pool, whether the blocker's thread had started yet or not.
+        self.assertRegex(rejected.error_message, r"queue 0/0, threads (1/1|0/1, 1 more admitted)$")
         self.assertIsNotNone(rejected.scheduled_at)
         self.assertFalse([name for name in threads if "dispatcher" in name], threads)
 
@@ -305,15 +306,15 @@ class StopTests(TransactionTestCase):
         service.start()
         self.addCleanup(service.stop, 5)
         self.assertTrue(started.wait(15))
-        assert service.runner is not None
-        marking, mark = threading.Event(), service.runner.interrupted
+        assert service.pipeline is not None
+        marking, mark = threading.Event(), service.pipeline.interrupted
 
         def slow_marking(names: list[str]) -> None:
             marking.set()
             threading.Event().wait(2)  # the first stop is slow to write its records
             mark(names)
 
-        service.runner.interrupted = slow_marking  # type: ignore[method-assign]
+        service.pipeline.interrupted = slow_marking  # type: ignore[method-assign]
         first = threading.Thread(target=service.stop, args=(0.0,))
         first.start()
         self.addCleanup(first.join, 30)

@@ -9,7 +9,7 @@ from django.test import SimpleTestCase, TestCase, TransactionTestCase, override_
 
 from django_scheduling import current_fire_time
 from django_scheduling.models import ScheduledTask, TaskRun
-from django_scheduling.scheduler import Entry
+from django_scheduling.runtime.scheduler import Entry
 from django_scheduling.schedules.triggers import jitter_offset
 from django_scheduling.tasks.registry import TaskRegistry
 

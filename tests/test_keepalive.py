@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from django.test import SimpleTestCase
 
-from django_scheduling.keepalive import KeepAlive, KeptAliveLock, WaitingLocks
 from django_scheduling.locking import LockConfiguration
+from django_scheduling.runtime.keepalive import KeepAlive, KeptAliveLock, WaitingLocks
 
 DEADLINE = 10
 

@@ -26,7 +26,7 @@ blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
 namespace = {}
 exec(snippet, namespace)
 logging.config.dictConfig(namespace["LOGGING"])
-logging.getLogger("django_scheduling.execution").info("Running myapp.tasks.report")
+logging.getLogger("django_scheduling.runtime.firing.invoke").info("Running myapp.tasks.report")
 logging.getLogger("myapp.tasks").info("report sent to 3 people")
 logging.getLogger("myapp.tasks").debug("not shown")
 logging.getLogger("somelibrary").info("not shown either")
@@ -47,7 +47,9 @@ class ReadmeLoggingTests(SimpleTestCase):
         lines = completed.stderr.splitlines()
         self.assertEqual(len(lines), 2, completed.stderr)
         self.assertRegex(
-            lines[0], rf"^{TIMESTAMP} INFO django_scheduling.execution: Running myapp.tasks.report$"
+            lines[0],
+            rf"^{TIMESTAMP} INFO django_scheduling.runtime.firing.invoke: "
+            r"Running myapp.tasks.report$",
         )
         self.assertRegex(lines[1], rf"^{TIMESTAMP} INFO myapp.tasks: report sent to 3 people$")
 

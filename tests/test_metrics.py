@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
 from django_scheduling.models import RunStatus, ScheduledTask, TaskRun
 from django_scheduling.observability import metrics
-from django_scheduling.service import SchedulerService
+from django_scheduling.runtime.service import SchedulerService
 from django_scheduling.tasks.registry import TaskRegistry
 
 from .processes import ROOT, Process, manage, poll, process_env

@@ -18,6 +18,8 @@ def test_an_old_path_gives_the_new_module_with_a_warning(old: str) -> None:
     with pytest.warns(DeprecationWarning, match=f"{name} has moved to {new}"):
         module = importlib.import_module(name)
     assert module is importlib.import_module(new)
+    # It keeps its own spec: its relative imports resolve from its new place.
+    assert module.__spec__.name == new
 
 
 def test_names_imported_from_an_old_path_are_the_new_ones() -> None:

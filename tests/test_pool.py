@@ -1,4 +1,4 @@
-"""Tests for django_scheduling.pool: ThreadPoolExecutor-style growth, rejection and shutdown.
+"""The worker pool (``runtime.pool``): ThreadPoolExecutor-style growth, rejection, shutdown.
 
 Every wait is on an Event or a polled condition with a deadline; the one thing that must *not*
 happen (a core thread exiting) is watched over a window computed from ``keep_alive``. Blocked work
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from django_scheduling.pool import (
+from django_scheduling.runtime.pool import (
     PoolStats,
     RejectedWork,
     RejectionPolicy,
@@ -270,7 +270,7 @@ def test_abort_raises_and_calls_on_reject(make_pool, gate, caplog):
     rejections = Rejections()
     pool = make_pool(queue_capacity=1, on_reject=rejections)
     saturate(pool, gate, queued=1)
-    with caplog.at_level(logging.WARNING, logger="django_scheduling.pool"):
+    with caplog.at_level(logging.WARNING, logger="django_scheduling.runtime.pool"):
         with pytest.raises(RejectedWork) as excinfo:
             pool.submit(gate.quick("nightly-report"), label="nightly-report")
     message = str(excinfo.value)
@@ -283,7 +283,7 @@ def test_abort_raises_and_calls_on_reject(make_pool, gate, caplog):
     assert policy is RejectionPolicy.ABORT
     assert (stats.queued, stats.queue_capacity, stats.threads, stats.max_size) == (1, 1, 1, 1)
     assert stats.rejected == 1
-    [record] = [r for r in caplog.records if r.name == "django_scheduling.pool"]
+    [record] = [r for r in caplog.records if r.name == "django_scheduling.runtime.pool"]
     assert record.levelno == logging.WARNING
     assert "'nightly-report'" in record.getMessage()
     assert "queue 1/1, threads 1/1" in record.getMessage()
@@ -295,7 +295,7 @@ def test_abort_raises_and_calls_on_reject(make_pool, gate, caplog):
 def test_caller_runs_contains_exceptions_from_the_item(make_pool, gate, caplog):
     pool = make_pool(rejection_policy=RejectionPolicy.CALLER_RUNS)
     saturate(pool, gate)
-    with caplog.at_level(logging.ERROR, logger="django_scheduling.pool"):
+    with caplog.at_level(logging.ERROR, logger="django_scheduling.runtime.pool"):
         assert pool.submit(lambda: 1 / 0, label="divide") is True
     assert any("'divide'" in r.getMessage() and r.exc_info for r in caplog.records)
 
@@ -397,7 +397,7 @@ def test_a_failing_on_reject_does_not_change_the_outcome(make_pool, gate, caplog
 
     pool = make_pool(rejection_policy="discard", on_reject=on_reject)
     saturate(pool, gate)
-    with caplog.at_level(logging.ERROR, logger="django_scheduling.pool"):
+    with caplog.at_level(logging.ERROR, logger="django_scheduling.runtime.pool"):
         assert pool.submit(gate.quick("x"), label="x") is False
     assert any("on_reject" in r.getMessage() for r in caplog.records)
 
@@ -457,7 +457,7 @@ def test_idle_threads_above_core_size_exit_after_keep_alive(make_pool, gate):
 
 def test_exception_in_work_is_logged_and_the_worker_keeps_going(make_pool, gate, caplog):
     pool = make_pool(queue_capacity=5)
-    with caplog.at_level(logging.ERROR, logger="django_scheduling.pool"):
+    with caplog.at_level(logging.ERROR, logger="django_scheduling.runtime.pool"):
         pool.submit(lambda: {}["missing"], label="broken")
         pool.submit(gate.quick("after"), label="after")
         gate.wait_started("after")
@@ -477,7 +477,7 @@ def test_base_exception_ends_the_worker_loudly_and_it_is_replaced(
         raise exc_type()
 
     pool = make_pool(queue_capacity=5)
-    with caplog.at_level(logging.ERROR, logger="django_scheduling.pool"):
+    with caplog.at_level(logging.ERROR, logger="django_scheduling.runtime.pool"):
         pool.submit(stop, label="stop")
         wait_until(lambda: pool.stats().completed == 1, "the item completed")
         pool.submit(gate.quick("after"), label="after")
@@ -527,7 +527,7 @@ def test_shutdown_with_timeout_returns_unfinished_labels(make_pool, gate, caplog
     pool.submit(gate.blocker("b2"), label="b2")
     pool.submit(gate.quick("q1"), label="q1")
     gate.wait_started("b1", "b2")
-    with caplog.at_level(logging.WARNING, logger="django_scheduling.pool"):
+    with caplog.at_level(logging.WARNING, logger="django_scheduling.runtime.pool"):
         unfinished = pool.shutdown(timeout=0.05)
     assert unfinished == ["b1", "b2", "queued: q1"]
     assert "b1, b2, queued: q1" in caplog.text

@@ -338,7 +338,7 @@ class ScheduledDecoratorTests(SimpleTestCase):
             call_command("check")
 
     def test_the_scheduler_refuses_to_start_with_a_bad_task(self):
-        from django_scheduling.service import SchedulerService
+        from django_scheduling.runtime.service import SchedulerService
 
         scheduled(cron="0 0 25 * * *", name="bad")(job)
         with self.assertRaisesMessage(ImproperlyConfigured, "hour value 25 is out of range"):
@@ -492,7 +492,7 @@ class SettingsTests(SimpleTestCase):
 
         from django.db import connections
 
-        from django_scheduling.service import SchedulerService
+        from django_scheduling.runtime.service import SchedulerService
 
         with mock.patch.object(connections["default"], "vendor", "oracle"):
             messages = scheduling_checks.check_settings()
@@ -506,7 +506,7 @@ class SettingsTests(SimpleTestCase):
 
     @override_settings(USE_TZ=False)
     def test_use_tz_false_stops_the_scheduler(self):
-        from django_scheduling.service import SchedulerService
+        from django_scheduling.runtime.service import SchedulerService
 
         with self.assertRaisesMessage(ImproperlyConfigured, "(django_scheduling.E006)"):
             SchedulerService([], tasks=TaskRegistry()).check()

@@ -18,12 +18,12 @@ from django.test.utils import CaptureQueriesContext
 from django_scheduling import current_fire_time, signals
 from django_scheduling.clock import utcnow
 from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
-from django_scheduling.maintenance import free_locks_of_dead_processes, request_recoveries
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.observability.events import run_events
 from django_scheduling.process import identity
-from django_scheduling.scheduler import Entry, RunRequest
-from django_scheduling.service import SchedulerService
+from django_scheduling.runtime.maintenance import free_locks_of_dead_processes, request_recoveries
+from django_scheduling.runtime.scheduler import Entry, RunRequest
+from django_scheduling.runtime.service import SchedulerService
 from django_scheduling.storage import history
 from django_scheduling.tasks.registry import TaskRegistry
 
@@ -114,7 +114,7 @@ class TriggerChangeTests(Base):
         green_entry = self.entry(
             green, TaskRegistry().add(green_calls, fixed_rate="1m", name="job")
         )
-        with self.assertLogs("django_scheduling.execution", "WARNING") as logs:
+        with self.assertLogs("django_scheduling.runtime.firing", "WARNING") as logs:
             blue.run(blue_entry, T0 + 10 * SECOND)
         self.assertIn("another deployment declared a different trigger", logs.output[0])
         self.assertEqual(blue_calls.count, 0)
@@ -194,11 +194,11 @@ class LockedElsewhereTests(Base):
         runner = make_runner("b", clock)
         entry = self.entry(runner, definition)
         DatabaseLockProvider(owner="frozen").lock(LockConfiguration("job", "1h"))
-        with self.assertNoLogs("django_scheduling.execution", "WARNING"):
+        with self.assertNoLogs("django_scheduling.runtime.firing", "WARNING"):
             for minute in range(4):  # the holder is looked at after a minute, and again
                 clock.now = T0 + timedelta(minutes=minute, seconds=10)
                 runner.run(entry, clock.now)
-        with self.assertLogs("django_scheduling.execution", "WARNING") as logs:
+        with self.assertLogs("django_scheduling.runtime.firing", "WARNING") as logs:
             clock.now = T0 + timedelta(minutes=4, seconds=10)
             runner.run(entry, clock.now)
         self.assertIn("held by frozen", logs.output[0])
@@ -229,7 +229,7 @@ class LockLostTests(Base):
         definition = registry.add(task, fixed_delay="5s", name="job")
         stale_entry = self.entry(stale, definition)
         newer_entry = self.entry(newer, definition)
-        with self.assertLogs("django_scheduling.execution", "WARNING") as logs:
+        with self.assertLogs("django_scheduling.runtime.firing", "WARNING") as logs:
             stale.run(stale_entry, T0)
         first, second = TaskRun.objects.order_by("started_at", "id")
         self.assertEqual((first.scheduled_at, first.lock_lost), (T0, True))
@@ -312,11 +312,13 @@ class OutageTests(Base):
 
         signals.run_skipped.connect(on_run_skipped, weak=False)
         self.addCleanup(signals.run_skipped.disconnect, on_run_skipped)
-        with self.assertLogs("django_scheduling.execution", "ERROR") as logs:
-            next_time = runner.run(entry, T0)
-        gone.__exit__(None, None, None)
+        try:
+            with self.assertLogs("django_scheduling.runtime.writer", "ERROR") as logs:
+                next_time = runner.run(entry, T0)
+        finally:
+            gone.__exit__(None, None, None)
         self.assertEqual(next_time, T0 + 10 * SECOND)  # the schedule goes on: it ran
-        self.assertIn("ran (succeeded) but its end could not be recorded", logs.output[0])
+        self.assertIn("1 run(s) ended but could not be recorded", logs.output[0])
         self.assertTrue(run_events.drain(10))  # the signals go out from the events thread
         self.assertEqual((finished, skipped), (["job"], []))
         self.assertEqual(TaskRun.objects.get().status, RunStatus.RUNNING)
@@ -340,7 +342,10 @@ class OutageTests(Base):
         runner = make_runner("a", clock)
         entry = self.entry(runner, TaskRegistry().add(calls, fixed_rate="2s", lock=False, name="u"))
         retries = []
-        with table_gone(ScheduledTask), self.assertLogs("django_scheduling.execution", "ERROR"):
+        with (
+            table_gone(ScheduledTask),
+            self.assertLogs("django_scheduling.runtime.firing", "ERROR"),
+        ):
             for _ in range(4):
                 retries.append(runner.run(entry, clock.now) - clock.now)
                 clock.now += retries[-1]
@@ -441,8 +446,8 @@ class ThreadTests(TransactionTestCase):
 
     def test_the_first_housekeeping_pass_comes_at_start(self):
         from django_scheduling.conf import get_settings
-        from django_scheduling.maintenance import Maintenance
-        from django_scheduling.outbox import Outbox
+        from django_scheduling.runtime.maintenance import Maintenance
+        from django_scheduling.runtime.outbox import Outbox
 
         now = utcnow()
         TaskLock.objects.create(
@@ -464,7 +469,7 @@ class ThreadTests(TransactionTestCase):
                 return []
 
         maintenance = Maintenance(
-            conf=get_settings(), scheduler=NoScheduler(), runner=None, outbox=Outbox(), tasks={}
+            conf=get_settings(), scheduler=NoScheduler(), pipeline=None, outbox=Outbox(), tasks={}
         )
         maintenance.tick(monotonic=1.0)  # a second after the machine booted
         lost.refresh_from_db()

@@ -15,13 +15,11 @@ from datetime import UTC, datetime, timedelta
 from django.test import SimpleTestCase
 
 from django_scheduling import shutdown_requested
-from django_scheduling.scheduler import (
+from django_scheduling.runtime.calls import Entry, FunctionCall, RunRequest
+from django_scheduling.runtime.delay_queue import DelayQueue
+from django_scheduling.runtime.scheduler import (
     BATCH_SIZE,
     CLAIM_AHEAD_MAX,
-    SINGLE,
-    Entry,
-    FunctionCall,
-    RunRequest,
     Scheduler,
     claim_ahead,
 )
@@ -51,11 +49,33 @@ class Task:
 
 
 class MemoryRunner:
-    """Run tasks in memory with real triggers, recording what happened."""
+    """Run tasks in memory with real triggers, recording what happened: each claim notes when
+    it was made, and each claimed firing runs as a ``Call`` that starts at its time."""
 
     def __init__(self):
         self.rejections = []
+        self.claims: list[tuple[datetime, datetime]] = []  # (claimed at, scheduled firing)
         self.lock = threading.Lock()
+
+    def dispatch(self, items):
+        claimed_at = now()
+        with self.lock:
+            self.claims.extend(
+                (claimed_at, firing) for _, firing in items if isinstance(firing, datetime)
+            )
+        return [
+            FunctionCall(
+                functools.partial(self._run_call, entry, firing),
+                firing if isinstance(firing, datetime) else None,
+            )
+            for entry, firing in items
+        ]
+
+    def _run_call(self, entry, firing, done):
+        done(self.run(entry, firing))
+
+    def drain(self, timeout):
+        return True
 
     def first_fire_time(self, entry, *, now):
         task = entry.payload
@@ -79,8 +99,6 @@ class MemoryRunner:
 
     def rejected(self, entry, fire_time, stats):
         self.rejections.append((entry.name, fire_time, stats))
-
-    def next_after_rejection(self, entry, fire_time):
         return None
 
 
@@ -115,8 +133,8 @@ class SchedulerTests(SimpleTestCase):
         for index in range(1_000):
             task = Task(FixedRateTrigger(timedelta(hours=1)), state=TriggerState(anchor=at))
             scheduler.add(Entry(f"task{index:04}", task))
-        self.assertEqual(len(scheduler._state.heap), 1)
-        due, _ = scheduler._pop(at.timestamp(), at.timestamp())
+        self.assertEqual(len(scheduler.queue.state.heap), 1)
+        due, _ = scheduler.queue.pop(at.timestamp(), at.timestamp())
         self.assertEqual(
             sorted(work.entry.name for work in due), [f"task{i:04}" for i in range(1_000)]
         )
@@ -130,18 +148,18 @@ class SchedulerTests(SimpleTestCase):
         entry = Entry("moved", task)
         scheduler.add(entry)
         with scheduler._cond:
-            scheduler._push(entry, moved)
+            scheduler.queue.push(entry, moved)
 
         def taken(at):
             with scheduler._cond:
-                due, _ = scheduler._pop(at.timestamp(), at.timestamp())
+                due, _ = scheduler.queue.pop(at.timestamp(), at.timestamp())
             return [(work.entry.name, work.firing) for work in due]
 
         self.assertEqual(taken(first), [])  # its old time: no longer its schedule
         self.assertEqual(taken(moved), [("moved", moved)])
         with scheduler._cond:
             scheduler._finish(entry, twice, reschedule=True)
-            scheduler._push(entry, twice)  # listed twice at the same time...
+            scheduler.queue.push(entry, twice)  # listed twice at the same time...
         self.assertEqual(taken(twice), [("moved", twice)])  # ...taken once
 
     def test_a_past_fire_time_runs_at_once(self):
@@ -168,7 +186,7 @@ class SchedulerTests(SimpleTestCase):
         added = time.monotonic()
         scheduler.add(Entry("soon", soon))
         self.assertTrue(ran.wait(DEADLINE))
-        self.assertLess(time.monotonic() - added, Scheduler.MAX_SLEEP / 2)
+        self.assertLess(time.monotonic() - added, DelayQueue.MAX_SLEEP / 2)
         self.assertEqual(far.runs, [])
 
     def test_one_task_never_runs_twice_at_once(self):
@@ -375,56 +393,29 @@ class SchedulerTests(SimpleTestCase):
         with stopping_context(lambda: True):
             self.assertTrue(asyncio.run(task()))
 
-    def test_a_firing_that_no_thread_could_take_is_tried_again(self):
+    def test_a_claimed_firing_that_no_worker_could_take_runs_on_the_claiming_thread(self):
+        # Claimed, it is this instance's to run: never dropped for want of a thread.
         _runner, scheduler = self.make()
-        original = scheduler.pool.submit
         failures = []
+        threads = []
 
-        def submit(work, *, label=""):
-            if not failures:
-                failures.append(label)
-                raise RuntimeError("can't start new thread")
-            return original(work, label=label)
+        def submit(work, **options):
+            failures.append(options.get("label"))
+            raise RuntimeError("can't start new thread")
 
         scheduler.pool.submit = submit
-        task = Task(FixedRateTrigger(timedelta(hours=1)))
+        task = Task(
+            FixedRateTrigger(timedelta(hours=1)),
+            lambda: threads.append(threading.current_thread().name),
+        )
         scheduler.add(Entry("job", task))
         scheduler.start()
-        wait_for(lambda: len(task.runs) == 1)  # after the back-off, not never
-        self.assertEqual(failures, ["job"])
+        wait_for(lambda: len(task.runs) == 1)
+        self.assertEqual(failures, ["claimed firings"])
+        self.assertIn("claims", threads[0])
 
     def test_shutdown_requested_is_false_outside_a_stopping_scheduler(self):
         self.assertFalse(shutdown_requested())
-
-
-class BatchMemoryRunner(MemoryRunner):
-    """A runner that claims in batches, in memory: each claim notes when it was made, and
-    each claimed firing runs as a ``Call`` that starts at its time."""
-
-    def __init__(self, *, batchable=lambda entry: True):
-        super().__init__()
-        self.claims: list[tuple[datetime, datetime]] = []  # (claimed at, firing)
-        self._batchable = batchable
-
-    def batchable(self, entry, firing):
-        return isinstance(firing, datetime) and self._batchable(entry)
-
-    def run_batch(self, items):
-        claimed_at = now()
-        with self.lock:
-            self.claims.extend((claimed_at, firing) for _, firing in items)
-        return [
-            SINGLE
-            if entry.name.startswith("alone")
-            else FunctionCall(functools.partial(self._run_call, entry, firing), firing)
-            for entry, firing in items
-        ]
-
-    def _run_call(self, entry, firing, done):
-        done(self.run(entry, firing))
-
-    def drain(self, timeout):
-        return True
 
 
 class ClaimAheadTests(SimpleTestCase):
@@ -452,35 +443,20 @@ class ClaimAheadTests(SimpleTestCase):
         self.assertEqual(claim_ahead(10**7), CLAIM_AHEAD_MAX)
 
     def test_a_large_burst_is_claimed_before_its_instant_and_nothing_starts_before_it(self):
-        runner = BatchMemoryRunner(batchable=lambda entry: not entry.name.startswith("single"))
+        runner = MemoryRunner()
         scheduler = self.make(runner)
         instant = now() + timedelta(seconds=2)
         burst = self.burst(scheduler, 2_000, instant)  # claimed 1 s ahead
-        singles = self.burst(scheduler, 3, instant, prefix="single")  # not batched: at once
+        singles = self.burst(scheduler, 3, instant, prefix="single")  # with them
         scheduler.start()
         wait_for(lambda: all(task.runs for task in burst + singles))
-        self.assertEqual(len(runner.claims), 2_000)
+        self.assertEqual(len(runner.claims), 2_003)
         self.assertTrue(all(claimed_at < firing for claimed_at, firing in runner.claims))
         self.assertEqual({task.runs[0][0] for task in burst + singles}, {instant})
         self.assertGreaterEqual(min(task.runs[0][1] for task in burst + singles), instant)
 
-    def test_a_firing_of_a_burst_taken_ahead_that_must_go_alone_goes_at_its_instant(self):
-        # A paused task's firing, or a batch whose claim kept conflicting: the runner leaves it
-        # to the single path, which must not see it before its time (it would find it not due,
-        # reschedule it at the instant and have it taken ahead again, over and over).
-        runner = BatchMemoryRunner()
-        scheduler = self.make(runner)
-        instant = now() + timedelta(seconds=2)
-        burst = self.burst(scheduler, 2_000, instant)
-        alone = self.burst(scheduler, 3, instant, prefix="alone")
-        scheduler.start()
-        wait_for(lambda: all(task.runs for task in burst + alone))
-        self.assertEqual([len(task.runs) for task in alone], [1, 1, 1])
-        self.assertGreaterEqual(min(task.runs[0][1] for task in alone), instant)
-        self.assertEqual(len(runner.claims), 2_003)  # each taken ahead once
-
     def test_a_burst_of_one_batch_is_claimed_at_its_instant(self):
-        runner = BatchMemoryRunner()
+        runner = MemoryRunner()
         scheduler = self.make(runner)
         instant = now() + timedelta(milliseconds=300)
         tasks = self.burst(scheduler, BATCH_SIZE, instant)
@@ -491,19 +467,19 @@ class ClaimAheadTests(SimpleTestCase):
     def test_the_calls_of_a_burst_are_not_kept_once_they_have_run(self):
         # A call holds its run's lock and records: kept by the dispatcher or by an idle
         # worker, a burst of 10,000 stayed in memory until the next burst.
-        runner = BatchMemoryRunner()
+        runner = MemoryRunner()
         scheduler = self.make(runner)
         instant = now() + timedelta(seconds=2)
         tasks = self.burst(scheduler, 2_000, instant)  # claimed 1 s ahead
         kept = []
-        run_batch = runner.run_batch
+        dispatch = runner.dispatch
 
-        def watched_run_batch(items):
-            calls = run_batch(items)
+        def watched_dispatch(items):
+            calls = dispatch(items)
             kept.extend(weakref.ref(call.fn) for call in calls)
             return calls
 
-        runner.run_batch = watched_run_batch
+        runner.dispatch = watched_dispatch
         scheduler.start()
         wait_for(lambda: all(task.runs for task in tasks))
         self.assertEqual(len(kept), 2_000)
@@ -512,7 +488,7 @@ class ClaimAheadTests(SimpleTestCase):
 
     def test_a_burst_is_handed_to_the_pool_as_a_few_items_not_one_per_firing(self):
         # One pool item per claimed firing made thousands of objects at the burst's instant.
-        scheduler = self.make(BatchMemoryRunner())
+        scheduler = self.make(MemoryRunner())
         tasks = self.burst(scheduler, 2_000, now() + timedelta(seconds=2))  # claimed 1 s ahead
         scheduler.start()
         wait_for(lambda: all(task.runs for task in tasks) and not scheduler.pool.stats().active)
@@ -524,7 +500,7 @@ class ClaimAheadTests(SimpleTestCase):
         self.assertEqual(sum(len(task.runs) for task in tasks), 2_000)
 
     def test_firings_claimed_ahead_still_run_at_their_time_when_the_scheduler_stops(self):
-        runner = BatchMemoryRunner()
+        runner = MemoryRunner()
         scheduler = self.make(runner)
         instant = now() + timedelta(seconds=3)
         tasks = self.burst(scheduler, 2_000, instant)  # claimed 1 s ahead

@@ -15,8 +15,8 @@ from django_scheduling.conf import InvalidSettings, SchedulingSettings, get_sett
 from django_scheduling.models import RunStatus, TaskRun
 from django_scheduling.observability import sentry
 from django_scheduling.observability.sentry import crontab, monitor_config, monitor_slug
+from django_scheduling.runtime.service import SchedulerService
 from django_scheduling.schedules.cron import CronExpression
-from django_scheduling.service import SchedulerService
 from django_scheduling.tasks.registry import TaskRegistry
 
 from .processes import poll

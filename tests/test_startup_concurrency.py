@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from django_scheduling.conf import SchedulingSettings
 from django_scheduling.models import ScheduledTask
-from django_scheduling.service import SchedulerService
+from django_scheduling.runtime.service import SchedulerService
 from django_scheduling.storage import task_rows
 from django_scheduling.tasks.registry import TaskRegistry
 
@@ -199,7 +199,7 @@ class RowLockOrderTests(TransactionTestCase):
 
     def test_the_start_up_locks_rows_in_the_order_of_their_names(self):
         """A transaction that locks rows by name (as claims do) meets no deadlock with it."""
-        with self.assertNoLogs("django_scheduling.service", "WARNING"):
+        with self.assertNoLogs("django_scheduling.runtime.service", "WARNING"):
             thread = self.start_against(self.first, then=self.last)
         self.assertIsNone(thread.failure)
         self.assertEqual(len(self.service.next_fire_times()), len(self.tasks))
@@ -208,7 +208,7 @@ class RowLockOrderTests(TransactionTestCase):
     def test_a_deadlock_during_start_up_is_retried(self):
         """A transaction that locks rows in the opposite order deadlocks with the start-up's
         first write, which the database rolls back: the start-up writes again and starts."""
-        with self.assertLogs("django_scheduling.service", "INFO") as logs:
+        with self.assertLogs("django_scheduling.runtime.service", "INFO") as logs:
             thread = self.start_against(self.last, then=self.first)
         self.assertIsNone(thread.failure)
         retries = [line for line in logs.output if "trying again" in line]

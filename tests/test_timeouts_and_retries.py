@@ -105,7 +105,7 @@ class RecordedTests(TransactionTestCase):
         self.clock = Clock(T0)
 
     def entry(self, runner, func, **options):
-        from django_scheduling.scheduler import Entry
+        from django_scheduling.runtime.scheduler import Entry
 
         options.setdefault("name", "job")
         (spec,) = runner.specs([self.registry.add(func, **options)], complete=False)
@@ -157,7 +157,7 @@ class RecordedTests(TransactionTestCase):
         runner = make_runner("a", self.clock)
         # The first retry would wait 5 to 10 s; the next fire time comes 2 s after this one.
         entry = self.entry(runner, flaky, fixed_rate="2s", retries=3, retry_backoff="10s")
-        with self.assertLogs("django_scheduling.execution", "WARNING") as logs:
+        with self.assertLogs("django_scheduling.runtime.firing", "WARNING") as logs:
             runner.run(entry, T0)
         self.assertEqual(flaky.calls, 1)
         self.assertEqual(TaskRun.objects.get().status, RunStatus.FAILED)
@@ -249,7 +249,7 @@ class RecordedTests(TransactionTestCase):
         self.assertTrue(started.wait(DEADLINE))
         now = time.monotonic()
         self.assertEqual(runner.watch_timeouts(now), [])  # within its second
-        with self.assertLogs("django_scheduling.execution", "WARNING") as logs:
+        with self.assertLogs("django_scheduling.runtime.firing", "WARNING") as logs:
             self.assertEqual(runner.watch_timeouts(now + 2), ["job"])
         self.assertIn("has passed its timeout of 1s", logs.output[0])
         self.assertEqual(runner.watch_timeouts(now + 3), [])  # once

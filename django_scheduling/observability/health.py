@@ -73,6 +73,8 @@ def report(
             "started_at": instance.started_at.isoformat(),
             "last_seen": instance.last_seen.isoformat(),
             "alive": instance.last_seen >= alive_after,
+            "outbox_pending": instance.outbox_pending,
+            "outbox_set_aside": instance.outbox_set_aside,
         }
         for instance in shown.order_by("-last_seen", "name")
     ]

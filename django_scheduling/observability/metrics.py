@@ -20,7 +20,10 @@ nothing. The names and labels are public API:
   ``success``/``failure``/``revoked`` from Celery);
 - ``django_scheduling_overdue_tasks``: overdue tasks, counted in the database at scrape time;
 - ``django_scheduling_pool_queue_depth``, ``django_scheduling_pool_busy_threads`` and
-  ``django_scheduling_pool_threads``: the worker pool, sampled once a second.
+  ``django_scheduling_pool_threads``: the worker pool, sampled once a second;
+- ``django_scheduling_outbox_pending``: writes waiting for the database (run ends, lock
+  releases), and ``django_scheduling_outbox_set_aside``: writes that failed for good and were
+  set aside, since the scheduler started; both sampled once a second.
 
 Under prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) every gauge has a
 ``multiprocess_mode``: the pool gauges add up the live processes, the last success takes the
@@ -41,7 +44,7 @@ from ..context import RunTimedOut
 from .events import run_events
 
 if TYPE_CHECKING:
-    from ..pool import PoolStats
+    from ..runtime.pool import PoolStats
 
 __all__ = [
     "EXTRA_HINT",
@@ -177,6 +180,16 @@ class _Metrics:
         )
         self.threads = Gauge(
             "django_scheduling_pool_threads", "Worker threads alive.", multiprocess_mode="livesum"
+        )
+        self.outbox_pending = Gauge(
+            "django_scheduling_outbox_pending",
+            "Writes waiting for the database to answer again.",
+            multiprocess_mode="livesum",
+        )
+        self.outbox_set_aside = Gauge(
+            "django_scheduling_outbox_set_aside",
+            "Writes that failed for good and were set aside since the scheduler started.",
+            multiprocess_mode="livesum",
         )
 
 
@@ -315,6 +328,13 @@ def pool_sampled(stats: PoolStats) -> None:
         _metrics.queue_depth.set(stats.queued)
         _metrics.busy_threads.set(stats.active)
         _metrics.threads.set(stats.threads)
+
+
+def outbox_sampled(pending: int, set_aside: int) -> None:
+    """Record this process's outbox: writes waiting, and writes set aside."""
+    if _metrics is not None:
+        _metrics.outbox_pending.set(pending)
+        _metrics.outbox_set_aside.set(set_aside)
 
 
 def refresh_overdue(*, every: float = 0.0) -> None:

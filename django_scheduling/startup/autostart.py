@@ -27,7 +27,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from ..checks import describe, scheduler_errors
-from ..service import SchedulerService
+from ..runtime.service import SchedulerService
 from .argv import management_command, serving_mode
 
 __all__ = ["maybe_autostart", "refused_because", "start_service"]

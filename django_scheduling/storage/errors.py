@@ -22,6 +22,7 @@ __all__ = [
     "error_code",
     "is_conflict",
     "is_disconnect",
+    "is_lock_timeout",
     "missing_table",
 ]
 
@@ -60,6 +61,16 @@ def is_conflict(exc: BaseException | None) -> bool:
     database rolled the losing statement (or transaction) back."""
     while exc is not None:
         if isinstance(exc, DatabaseError) and error_code(exc) in CONFLICT | LOCK_TIMEOUT:
+            return True
+        exc = exc.__cause__
+    return False
+
+
+def is_lock_timeout(exc: BaseException | None) -> bool:
+    """Return whether *exc* (or the database error behind it) says that a row lock another
+    transaction holds was waited for too long: trying again at once would wait again."""
+    while exc is not None:
+        if isinstance(exc, DatabaseError) and error_code(exc) in LOCK_TIMEOUT:
             return True
         exc = exc.__cause__
     return False

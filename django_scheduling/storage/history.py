@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections
 from django.db.models import Exists, OuterRef, Q
@@ -19,6 +19,7 @@ __all__ = [
     "record_starts",
     "record_ends",
     "Ended",
+    "Start",
     "forget_start",
     "forget_starts",
     "flag_lock_lost",
@@ -64,15 +65,19 @@ def record_start(
     return run.pk
 
 
-def record_starts(
-    *,
-    using: str,
-    instance: str,
-    started: datetime,
-    runs: list[tuple[str, datetime | None, datetime | None, datetime | None, int]],
-) -> list[int]:
-    """Record that the runs *runs*, each (task name, fire time, locked at, times out at,
-    fire times missed before it), started, in one statement per batch; return their ids in
+class Start(NamedTuple):
+    """A run that starts, as ``record_starts`` records it."""
+
+    task_name: str
+    fire_time: datetime | None
+    locked_at: datetime | None
+    timeout_at: datetime | None
+    missed: int = 0
+    recovery_of: int | None = None
+
+
+def record_starts(*, using: str, instance: str, started: datetime, runs: list[Start]) -> list[int]:
+    """Record that the runs *runs* started, in one statement per batch; return their ids in
     the same order."""
     conn = connections[using]
     returning = conn.features.can_return_rows_from_bulk_insert
@@ -85,14 +90,14 @@ def record_starts(
 
 
 #: The parameters of one row of ``_insert_starts``.
-_START_PARAMS = 12
+_START_PARAMS = 13
 
 
 def _insert_starts(
     conn: Any,
     instance: str,
     started: datetime,
-    runs: list[tuple[str, datetime | None, datetime | None, datetime | None, int]],
+    runs: list[Start],
     *,
     returning: bool,
 ) -> list[int]:
@@ -109,6 +114,7 @@ def _insert_starts(
         "locked_at",
         "timeout_at",
         "missed_count",
+        "recovery_of",
     )
     constants = {"error_type": "", "error_message": "", "traceback": "", "lock_lost": False}
     names = [*columns, *constants]
@@ -125,9 +131,9 @@ def _insert_starts(
 
     params: list[Any] = []
     status, extra = RunStatus.RUNNING.value, list(constants.values())
-    for name, fire_time, locked_at, timeout_at, missed in runs:
+    for name, fire_time, locked_at, timeout_at, missed, recovery_of in runs:
         params += [name, once(fire_time), at, status, instance, once(locked_at)]
-        params += [once(timeout_at), missed, *extra]
+        params += [once(timeout_at), missed, recovery_of, *extra]
     pk = q(column(TaskRun, "id"))
     statement = f"INSERT INTO {q(meta.db_table)} ({column_sql}) VALUES "
     statement += ", ".join([row_sql] * len(runs))
@@ -160,14 +166,17 @@ class Ended:
     started: datetime
     finished: datetime
     error: tuple[str, str, str] = ("", "", "")
+    #: An enqueued run: the engine's backend and the id of its result.
+    backend: str = ""
+    result_id: str = ""
 
 
 def record_ends(*, using: str, ends: list[Ended]) -> None:
-    """Record how the runs *ends* ended: the plain successes in one statement per batch, the
-    others one by one."""
-    plain = [end for end in ends if end.status == RunStatus.SUCCEEDED and not any(end.error)]
+    """Record how the runs *ends* ended: those without an error (successes, enqueues) in one
+    statement per status and backend and batch, the others one by one."""
+    plain: dict[tuple[str, str], list[Ended]] = {}
     for end in ends:
-        if end.status != RunStatus.SUCCEEDED or any(end.error):
+        if any(end.error):
             record_end(
                 using=using,
                 run_id=end.run_id,
@@ -175,17 +184,23 @@ def record_ends(*, using: str, ends: list[Ended]) -> None:
                 started=end.started,
                 finished=end.finished,
                 error=end.error,
+                backend=end.backend,
+                result_id=end.result_id,
             )
+        else:
+            plain.setdefault((str(end.status), end.backend), []).append(end)
     conn = connections[using]
-    size = max(1, (conn.features.max_query_params or 2000) // 8)
-    for first in range(0, len(plain), size):
-        _record_successes(conn, plain[first : first + size])
+    size = max(1, (conn.features.max_query_params or 2000) // 12)
+    for (status, backend), same in plain.items():
+        for first in range(0, len(same), size):
+            _record_plain(conn, status, backend, same[first : first + size])
 
 
-def _record_successes(conn: Any, ends: list[Ended]) -> None:
+def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> None:
+    """Record the ends *ends*, all of *status* and *backend* and without an error."""
     meta = TaskRun._meta
     q = conn.ops.quote_name
-    pk, status, started, finished, duration = (
+    pk, status_column, started, finished, duration = (
         q(column(TaskRun, f)) for f in ("id", "status", "started_at", "finished_at", "duration")
     )
     cases = " ".join(["WHEN %s THEN %s"] * len(ends))
@@ -194,19 +209,28 @@ def _record_successes(conn: Any, ends: list[Ended]) -> None:
     duration_cast = "::interval" if is_postgres else ""
     adapt = datetime_adapter(conn)
     adapt_duration = duration_adapter(conn)
-    params: list[object] = [RunStatus.SUCCEEDED.value]
+    params: list[object] = [status]
     for end in ends:
         params += [end.run_id, adapt(end.started)]
     for end in ends:
         params += [end.run_id, adapt(end.finished)]
     for end in ends:
         params += [end.run_id, adapt_duration(end.finished - end.started)]
-    params += [end.run_id for end in ends]
-    statement = (
-        f"UPDATE {q(meta.db_table)} SET {status} = %s, "
+    assignments = (
+        f"{status_column} = %s, "
         f"{started} = CASE {pk} {cases} END{time_cast}, "
         f"{finished} = CASE {pk} {cases} END{time_cast}, "
-        f"{duration} = CASE {pk} {cases} END{duration_cast} "
+        f"{duration} = CASE {pk} {cases} END{duration_cast}"
+    )
+    if backend:
+        backend_column, result_column = (q(column(TaskRun, f)) for f in ("backend", "result_id"))
+        assignments += f", {backend_column} = %s, {result_column} = CASE {pk} {cases} END"
+        params.append(backend[:100])
+        for end in ends:
+            params += [end.run_id, end.result_id[:255]]
+    params += [end.run_id for end in ends]
+    statement = (
+        f"UPDATE {q(meta.db_table)} SET {assignments} "
         f"WHERE {pk} IN ({', '.join(['%s'] * len(ends))})"
     )
     with conn.cursor() as cursor:

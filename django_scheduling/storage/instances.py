@@ -16,17 +16,29 @@ __all__ = ["INSTANCE_RETENTION", "beat", "forget_instance", "forget_old_instance
 INSTANCE_RETENTION = timedelta(days=1)
 
 
-def beat(*, name: str, host: str, started_at: datetime, now: datetime, using: str) -> None:
-    """Record that instance *name* is alive at *now*."""
+def beat(
+    *,
+    name: str,
+    host: str,
+    started_at: datetime,
+    now: datetime,
+    using: str,
+    outbox_pending: int = 0,
+    outbox_set_aside: int = 0,
+) -> None:
+    """Record that instance *name* is alive at *now*, with its outbox's figures."""
     instances = SchedulerInstance.objects.using(using)
-    if instances.filter(name=name).update(last_seen=now):
+    state = {
+        "last_seen": now,
+        "outbox_pending": outbox_pending,
+        "outbox_set_aside": outbox_set_aside,
+    }
+    if instances.filter(name=name).update(**state):
         return
     try:
-        instances.create(
-            name=name, host=host, pid=os.getpid(), started_at=started_at, last_seen=now
-        )
+        instances.create(name=name, host=host, pid=os.getpid(), started_at=started_at, **state)
     except IntegrityError:  # created meanwhile by an earlier beat that was thought lost
-        instances.filter(name=name).update(last_seen=now)
+        instances.filter(name=name).update(**state)
 
 
 def forget_instance(*, name: str, using: str) -> None:

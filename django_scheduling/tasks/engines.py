@@ -143,13 +143,18 @@ def enqueue(
     *,
     expires: datetime | None = None,
     time_limit: timedelta | None = None,
+    run_after: datetime | None = None,
 ) -> Enqueued:
     """Enqueue one call of the task *obj* on its engine and return where it went.
 
-    Celery only: a worker that receives the message after *expires* drops it, and one that
-    runs it for longer than *time_limit* ends it (Celery's ``time_limit``).
+    django.tasks only: a task enqueued with *run_after* waits until then (a firing claimed
+    ahead of its time; the backend must support deferring). Celery only: a worker that
+    receives the message after *expires* drops it, and one that runs it for longer than
+    *time_limit* ends it (Celery's ``time_limit``).
     """
     if engine == DJANGO_TASKS:
+        if run_after is not None:
+            obj = obj.using(run_after=run_after)
         result = obj.enqueue(*args, **kwargs)
         return Enqueued(backend_name(obj, engine), str(result.id))
     options: dict[str, Any] = {}

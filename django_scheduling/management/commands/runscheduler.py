@@ -17,8 +17,8 @@ from django.utils import timezone
 from ...conf import get_settings
 from ...models import ScheduledTask
 from ...observability import metrics
+from ...runtime.service import SchedulerService
 from ...schedules.triggers import TriggerState
-from ...service import SchedulerService
 from ...storage.errors import describe_database_error
 from ...tasks.registry import TaskDefinition, registry
 from ...tasks.resolved import resolve

@@ -22,20 +22,20 @@ from django.db import DatabaseError, close_old_connections
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Now
 
-from . import process
-from .clock import utcnow
-from .conf import SchedulingSettings
-from .locking import LockConfiguration, LockError, get_lock_provider
-from .models import ScheduledTask, TaskLock
-from .observability import metrics
-from .observability.outcomes import OutcomeWatch
+from .. import process
+from ..clock import utcnow
+from ..conf import SchedulingSettings
+from ..locking import LockConfiguration, LockError, get_lock_provider
+from ..models import ScheduledTask, TaskLock
+from ..observability import metrics
+from ..observability.outcomes import OutcomeWatch
+from ..storage import history, instances
+from ..tasks.registry import TaskDefinition
 from .outbox import Outbox
 from .scheduler import RunRequest, Scheduler
-from .storage import history, instances
-from .tasks.registry import TaskDefinition
 
 if TYPE_CHECKING:
-    from .execution import TaskRunner
+    from .firing import FiringPipeline
 
 __all__ = ["Maintenance", "POLL_INTERVAL", "free_locks_of_dead_processes", "request_recoveries"]
 
@@ -55,7 +55,7 @@ class Maintenance:
         *,
         conf: SchedulingSettings,
         scheduler: Scheduler,
-        runner: TaskRunner | None,
+        pipeline: FiringPipeline | None,
         outbox: Outbox,
         tasks: Mapping[str, TaskDefinition],
         definitions: Mapping[str, TaskDefinition] | None = None,
@@ -63,7 +63,7 @@ class Maintenance:
     ) -> None:
         self.conf = conf
         self.scheduler = scheduler
-        self.runner = runner
+        self.pipeline = pipeline
         self.outbox = outbox
         #: The tasks this service schedules, and every task the code declares.
         self.tasks = tasks
@@ -104,14 +104,14 @@ class Maintenance:
     def tick(self, monotonic: float) -> None:
         """Make one pass; *monotonic* decides whether housekeeping is due."""
         using = self.conf.database
-        if self.runner is not None:
+        if self.pipeline is not None:
             # No I/O: a run past its timeout is reported even while the database is away.
-            self.runner.watch_timeouts(monotonic)
+            self.pipeline.watch_timeouts(monotonic)
         try:
             close_old_connections()
             self.outbox.flush()
             self._take_requests()
-            outage = None if self.runner is None else self.runner.outage
+            outage = None if self.pipeline is None else self.pipeline.outage
             # Wake the tasks that back off only when this thread saw the database fail too, and
             # now answer: a database that answers reads but fails the firings' writes (a
             # read-only failover) must leave them to their back-off, not retry every second.
@@ -154,6 +154,7 @@ class Maintenance:
         pool = getattr(self.scheduler, "pool", None)
         if pool is not None:
             metrics.pool_sampled(pool.stats())
+        metrics.outbox_sampled(len(self.outbox), self.outbox.set_aside)
         metrics.refresh_overdue(every=metrics.OVERDUE_REFRESH)
 
     def beat(self) -> None:
@@ -167,6 +168,8 @@ class Maintenance:
                 started_at=self.started_at,
                 now=self.clock(),
                 using=self.conf.database,
+                outbox_pending=len(self.outbox),
+                outbox_set_aside=self.outbox.set_aside,
             )
         except DatabaseError as exc:
             logger.debug("Could not record the heartbeat: %s", exc)

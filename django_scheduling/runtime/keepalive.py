@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 
 from django.db import close_old_connections
 
-from .clock import utcnow
-from .locking import Lock, LockError
+from ..clock import utcnow
+from ..locking import Lock, LockError
 
 __all__ = ["KeepAlive", "KeptAliveLock", "WaitingLocks", "KEEP_ALIVE_MINIMUM"]
 

@@ -1,12 +1,15 @@
 """Record the ends of runs and release their locks in batches, on a thread of its own.
 
-A run that the claims of a batch started (see ``execution.TaskRunner.run_batch``) ends on a
-worker thread, which hands its end here and moves on to the next task. This thread takes every
-end waiting, and writes them in a few statements: the history rows of the successes in one,
-each failure in one, the task rows that need it one by one (a fixed-delay task's finish, a run
-that overran its next fire time), then releases all their locks in one. The order matters: a
-lock is released only once its run's end is stored, so the next holder sees it. A database
-error keeps the writes in the outbox, as for a single firing: the runs happened.
+A run ends on a worker thread, which hands its end here and moves on to the next task. This
+thread takes every end waiting, and writes them in one transaction: the history rows (those
+without an error in one statement per status), the task rows that need it (a fixed-delay task's
+finish, a run that overran its next fire time, a run without a claim), and the release of their
+locks. The order matters: a lock is released only once its run's end is stored, so the next
+holder sees it. Should that transaction fail, each write is made on its own, and a database
+error keeps it in the outbox: the runs happened.
+
+Without its thread (``start()`` not called, or after ``stop()``), each end is written on the
+thread that hands it in.
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, connections, transaction
 
-from .locking import Lock, LockError
+from ..locking import BaseLockProvider, Lock, LockError
+from ..storage import history
+from ..storage.connections import KeptConnection
+from ..storage.errors import is_conflict
 from .outbox import Outbox
-from .storage import history
-from .storage.connections import KeptConnection
-from .storage.errors import is_conflict
 
 __all__ = ["EndWriter", "Finished"]
 
@@ -38,9 +41,9 @@ GATHER_UP_TO = 500
 @dataclass(slots=True)
 class Finished:
     """A run that ended: its history end (``None`` with the history off), the write of its
-    task row if it needs one, its lock (``None`` when it was lost while it ran), and what to
-    do once all that is written: ``done(lost)``, *lost* telling whether the release found
-    the lock taken by another holder."""
+    task row if it needs one, its lock (``None`` when it was lost while it ran, or it had
+    none), and what to do once all that is written: ``done(lost)``, *lost* telling whether
+    the release found the lock taken by another holder."""
 
     name: str
     end: history.Ended | None
@@ -52,36 +55,48 @@ class Finished:
 class EndWriter:
     """Write the ends of runs in batches, then release their locks."""
 
-    def __init__(self, *, using: str, provider: object, outbox: Outbox, name: str) -> None:
+    def __init__(
+        self, *, using: str, provider: BaseLockProvider, outbox: Outbox, name: str
+    ) -> None:
         self.using = using
         self.provider = provider
         self.outbox = outbox
+        self.name = name
         self._connection = KeptConnection(using)
         self._items: list[Finished] = []
         self._cond = threading.Condition()
         self._busy = False
         self._stopped = False
-        self._exited = False  # the thread has taken its last items
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread: threading.Thread | None = None
+        self._exited = True  # no thread takes items: add() writes on its caller's thread
 
     def start(self) -> None:
+        with self._cond:
+            self._start()
+
+    def _start(self) -> None:
+        self._exited = False
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
         self._thread.start()
 
     @property
     def alive(self) -> bool:
         """Whether the writer thread runs."""
-        return self._thread.is_alive()
+        return self._thread is not None and self._thread.is_alive()
 
     def add(self, item: Finished) -> None:
         with self._cond:
-            if self._exited:
-                stopped = True
-            else:
-                stopped = False
+            inline = self._exited
+            if not inline:
+                if self._thread is not None and not self._thread.is_alive():
+                    # It died in spite of its guard (it never should): say so, and start
+                    # another, rather than let the ends queue for ever.
+                    logger.error("The writer thread %s has died; starting another", self.name)
+                    self._start()
                 self._items.append(item)
                 if len(self._items) in (1, GATHER_UP_TO):  # the thread waits for these two
                     self._cond.notify_all()
-        if stopped:  # after the thread ended (a shutdown that timed out): write it here
+        if inline:  # no thread (not started, or a shutdown that timed out): write it here
             self._write([item])
 
     def drain(self, timeout: float | None) -> bool:
@@ -94,8 +109,9 @@ class EndWriter:
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+            thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def _loop(self) -> None:
         while True:
@@ -113,7 +129,9 @@ class EndWriter:
                 self._busy = True
             try:
                 self._write(items)
-            except Exception:
+            except BaseException:
+                # Nothing that a write or a call back raises may end this thread: the ends
+                # that come later would wait for ever.
                 logger.exception("Recording the ends of %d run(s) failed", len(items))
             finally:
                 # Not kept while the thread waits: a burst's ends, and the locks and callbacks
@@ -135,11 +153,11 @@ class EndWriter:
     def _write_all(self, items: list[Finished]) -> set[str]:
         ends = [item.end for item in items if item.end is not None]
         locks = [item.lock for item in items if item.lock is not None]
-        if not any(item.row_write for item in items):
-            for _ in range(2):  # once more after a deadlock with another instance
-                together = self._write_together(ends, locks)
-                if together is not None:
-                    return together
+        rows = [item.row_write for item in items if item.row_write is not None]
+        for _ in range(2):  # once more after a deadlock with another instance
+            together = self._write_together(ends, rows, locks)
+            if together is not None:
+                return together
         # One by one, so that each write that fails waits on its own.
         self._write_ends(ends)
         for item in items:
@@ -151,28 +169,33 @@ class EndWriter:
         for item in items:
             try:
                 item.done(item.name in lost)
-            except Exception:
+            except BaseException:
                 logger.exception("Finishing the run of %s failed", item.name)
 
-    def _write_together(self, ends: list[history.Ended], locks: list[Lock]) -> set[str] | None:
-        """Record *ends* and release *locks* in one commit; return the names of the locks
-        found lost, or ``None`` if it failed (nothing was written)."""
-        unlock_many = getattr(self.provider, "unlock_many", None)
-        if unlock_many is None:
-            return None
+    def _write_together(
+        self, ends: list[history.Ended], rows: list[Callable[[], None]], locks: list[Lock]
+    ) -> set[str] | None:
+        """Record *ends*, make the row writes *rows* and release *locks* in one commit (the
+        locks after it, for a provider that cannot release them in it); return the names of
+        the locks found lost, or ``None`` if it failed (nothing was written)."""
+        joined = self.provider.supports_batches
         try:
             with transaction.atomic(using=self.using):
                 # The lock rows first, as a batch's claims take them: transactions that take
                 # the same rows in the same order deadlock less.
-                lost = set(unlock_many(locks, joined=True)) if locks else set()
+                lost = set()
+                if locks and joined:
+                    lost = set(self.provider.unlock_many(locks, joined=True))
                 if ends:
                     history.record_ends(using=self.using, ends=ends)
-                return lost
+                for write in rows:
+                    write()
         except (DatabaseError, LockError) as exc:
             # Rolled back: nothing was written, and the lock handles are still good.
             level = logging.INFO if is_conflict(exc) else logging.WARNING
             logger.log(level, "Recording %d run end(s) in one commit failed: %s", len(ends), exc)
             return None
+        return lost if joined else self.release(locks)
 
     def _write_ends(self, ends: list[history.Ended]) -> None:
         if not ends:
@@ -204,11 +227,8 @@ class EndWriter:
         A database error keeps the releases in the outbox."""
         if not locks:
             return set()
-        unlock_many = getattr(self.provider, "unlock_many", None)
         try:
-            if unlock_many is not None:
-                return set(unlock_many(locks))
-            return {lock.config.name for lock in locks if lock.unlock() is False}
+            return set(self.provider.unlock_many(locks))
         except LockError:
             # Release them when the database answers again, rather than leave them held, by
             # this very instance, until lock_at_most_for.

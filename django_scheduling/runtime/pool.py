@@ -63,10 +63,15 @@ class PoolStats:
     max_size: int
     completed: int  # items finished by worker threads, successfully or not
     rejected: int  # items passed to the rejection policy (and to on_reject)
+    #: Items a submitter has kept room for and not submitted yet (see ``room()``).
+    reserved: int = 0
 
     def __str__(self) -> str:
         capacity = "unbounded" if self.queue_capacity is None else self.queue_capacity
-        return f"queue {self.queued}/{capacity}, threads {self.threads}/{self.max_size}"
+        text = f"queue {self.queued}/{capacity}, threads {self.threads}/{self.max_size}"
+        if self.reserved:
+            text += f", {self.reserved} more admitted"
+        return text
 
 
 class RejectedWork(RuntimeError):
@@ -97,6 +102,7 @@ class WorkerPool:
         rejection_policy: RejectionPolicy | str = RejectionPolicy.ABORT,
         name: str = "scheduling",
         on_reject: RejectHandler | None = None,
+        on_exit: Callable[[], object] | None = None,
     ) -> None:
         if core_size < 0:
             raise ValueError(
@@ -129,6 +135,9 @@ class WorkerPool:
         self.core_size, self.max_size = core_size, max_size
         self.queue_capacity, self.keep_alive = queue_capacity, keep_alive
         self.name, self.on_reject = name, on_reject
+        #: Called by each worker thread as it exits (the scheduler closes the thread's
+        #: database connections there).
+        self.on_exit = on_exit
         lock = threading.Lock()
         self._work_available = threading.Condition(lock)  # idle workers wait here
         self._terminated = threading.Condition(lock)  # shutdown() waits here for workers to exit
@@ -223,6 +232,23 @@ class WorkerPool:
         """Return a consistent snapshot of the pool's counters."""
         with self._work_available:
             return self._snapshot()
+
+    def room(self) -> int | None:
+        """Return how many items ``submit()`` would take now without passing one to the
+        rejection policy; ``None`` for an unbounded queue."""
+        if self.queue_capacity is None:
+            return None
+        with self._work_available:
+            threads = max(self.max_size - len(self._workers), 0)
+            if self.queue_capacity:
+                return threads + max(self.queue_capacity - len(self._queue), 0)
+            # A direct hand-off: each item needs an idle thread, or a new one.
+            return threads + max(self._idle - len(self._queue), 0)
+
+    def count_rejection(self) -> None:
+        """Count an item that was refused before it was submitted (see ``room()``)."""
+        with self._work_available:
+            self._rejected += 1
 
     @property
     def running_labels(self) -> list[str]:
@@ -330,6 +356,12 @@ class WorkerPool:
                 self._retire(me)
                 if not self._shut_down or self._queue:
                     self._start_worker(None)  # replace it, as ThreadPoolExecutor does
+        finally:
+            if self.on_exit is not None:
+                try:
+                    self.on_exit()
+                except Exception:
+                    logger.exception("Worker %s of pool %r could not clean up", me.name, self.name)
 
     def _execute(self, item: Work) -> None:
         try:

@@ -24,17 +24,17 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
+from ..conf import SchedulingSettings, get_settings
+from ..locking import LockError, get_lock_provider
+from ..observability.events import run_events
+from ..storage import task_rows
+from ..storage.errors import describe_database_error, is_conflict
+from ..tasks.registry import TaskDefinition, TaskRegistry, registry
 from . import maintenance
-from .conf import SchedulingSettings, get_settings
-from .execution import TaskRunner, TaskSpec
+from .firing import FiringPipeline, TaskSpec
 from .keepalive import KeepAlive
-from .locking import LockError, get_lock_provider
-from .observability.events import run_events
 from .outbox import Outbox
 from .scheduler import Scheduler
-from .storage import task_rows
-from .storage.errors import describe_database_error, is_conflict
-from .tasks.registry import TaskDefinition, TaskRegistry, registry
 from .writer import EndWriter
 
 __all__ = ["SchedulerService", "Liveness", "current_service"]
@@ -104,7 +104,7 @@ class SchedulerService:
         self.core_pool_size = core_pool_size
         self.max_pool_size = max_pool_size
         self.scheduler: Scheduler | None = None
-        self.runner: TaskRunner | None = None
+        self.pipeline: FiringPipeline | None = None
         self.keepalive: KeepAlive | None = None
         self.writer: EndWriter | None = None
         self.maintenance: maintenance.Maintenance | None = None
@@ -118,7 +118,7 @@ class SchedulerService:
     def check(self) -> None:
         """Raise ``ImproperlyConfigured`` naming every mistake in the tasks or settings, as
         ``manage.py check`` reports them; no I/O."""
-        from .checks import describe, scheduler_errors
+        from ..checks import describe, scheduler_errors
 
         errors = scheduler_errors(self.tasks, self.conf)
         if errors:
@@ -153,7 +153,7 @@ class SchedulerService:
             outbox=self.outbox,
             name=f"scheduling-writer-{os.getpid()}",
         )
-        self.runner = TaskRunner(
+        self.pipeline = FiringPipeline(
             conf=conf,
             provider=provider,
             default_zone=timezone.get_default_timezone(),
@@ -161,10 +161,10 @@ class SchedulerService:
             outbox=self.outbox,
             writer=self.writer,
         )
-        runner = self.runner
+        pipeline = self.pipeline
         specs = self._retrying(
             "syncing the task rows",
-            lambda: runner.specs(self.definitions, complete=self.complete),
+            lambda: pipeline.specs(self.definitions, complete=self.complete),
         )
         # A process of this host that died holding locks (a restarted dev server) frees them
         # before the first firing, instead of blocking its tasks for lock_at_most_for.
@@ -173,12 +173,14 @@ class SchedulerService:
             lambda: maintenance.free_locks_of_dead_processes(using=conf.database),
         )
         self.scheduler = Scheduler(
-            self.runner,
+            self.pipeline,
             core_pool_size=core,
             max_pool_size=max(most, core, 1),
             queue_capacity=conf.queue_capacity,
             keep_alive=conf.keep_alive.total_seconds(),
             rejection_policy=conf.rejection_policy,
+            # A thread's kept connections close with it, not whenever it is collected.
+            on_thread_exit=connections.close_all,
         )
         first_times = {spec.name: self.scheduler.add(spec) for spec in specs}
         self._retrying(
@@ -192,7 +194,7 @@ class SchedulerService:
         self.maintenance = maintenance.Maintenance(
             conf=conf,
             scheduler=self.scheduler,
-            runner=self.runner,
+            pipeline=self.pipeline,
             outbox=self.outbox,
             tasks=(scheduled := _Scheduled(self.scheduler)),
             # Every declared task, when this instance runs only some of them.
@@ -368,8 +370,8 @@ class SchedulerService:
         # firings coming after a SIGTERM.
         if self.maintenance is not None:
             self.maintenance.stop(timeout=0)
-        if self.runner is not None:
-            self.runner.stopping.set()  # a retry that waits gives up
+        if self.pipeline is not None:
+            self.pipeline.stopping.set()  # a retry that waits gives up
         with self._reporting_waits(wait):
             still_running = self.scheduler.shutdown(timeout=wait)
         if still_running:
@@ -379,8 +381,8 @@ class SchedulerService:
                 ", ".join(still_running),
             )
             try:
-                assert self.runner is not None
-                self.runner.interrupted(still_running)
+                assert self.pipeline is not None
+                self.pipeline.interrupted(still_running)
             except (DatabaseError, LockError) as exc:
                 logger.warning("Could not mark the interrupted runs: %s", exc)
         if self.writer is not None:
@@ -403,7 +405,7 @@ class SchedulerService:
 
     def _deregister(self) -> None:
         """Remove this instance's heartbeat: the health report counts it gone at once."""
-        from .storage.instances import forget_instance
+        from ..storage.instances import forget_instance
 
         try:
             forget_instance(name=self.conf.instance_name, using=self.conf.database)
@@ -414,8 +416,8 @@ class SchedulerService:
     def _reporting_waits(self, wait: float) -> Iterator[None]:
         """Say which runs the shutdown waits for, and for how long, now and every
         ``SHUTDOWN_REPORT_EVERY`` seconds while it waits."""
-        runner = self.runner
-        if runner is None or not runner.running():
+        pipeline = self.pipeline
+        if pipeline is None or not pipeline.running():
             yield
             return
         done = threading.Event()
@@ -423,7 +425,7 @@ class SchedulerService:
 
         def report() -> None:
             while True:
-                running = runner.running()
+                running = pipeline.running()
                 if not running:
                     return
                 left = max(deadline - time.monotonic(), 0.0)

@@ -1,0 +1,308 @@
+"""Invoke a task in-process: call it on a worker thread, retry it as ``retries=`` allows, and
+watch it against its timeout.
+
+A run is noted as running here while it is called, so that a shutdown that times out can mark
+it interrupted, and the maintenance thread can report it once it passes its timeout. Its end
+goes to the ``Recorder``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+import random
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from django.db import close_old_connections
+
+from ... import signals
+from ...context import RunTimedOut, firing_context
+from ...models import RunStatus
+from ...observability.events import run_events
+from ...schedules.decisions import retry_delay
+from ...schedules.durations import format_duration
+from ...tasks.definition import TaskDefinition
+from ..keepalive import KeptAliveLock
+from .contention import LOCKED_REPORT_AFTER, when
+from .record import NO_ERROR, Error, HandOver, Recorder
+from .runs import ClaimedRun
+from .spec import TaskSpec
+
+__all__ = ["Invoker", "Underway", "retry_bound"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Running:
+    """A run under way on a worker thread of this process."""
+
+    run_id: int | None
+    held: KeptAliveLock | None
+    #: When it passes its timeout, on the ``time.monotonic()`` clock; None: no timeout.
+    deadline: float | None = None
+    timeout: timedelta | None = None
+    #: Its timeout has been reported (``watch_timeouts``).
+    reported: bool = False
+    #: When it started, on the ``time.monotonic()`` clock.
+    begun: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """How an attempt ended: its status, error, duration, exception and finish."""
+
+    status: RunStatus
+    error: Error
+    duration: timedelta
+    exc: BaseException | None
+    finished: datetime
+
+
+class Underway:
+    """The runs of this process: claimed and waiting to start, and running, by task name."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.claimed: dict[str, ClaimedRun] = {}
+        self.running: dict[str, _Running] = {}
+
+    def add_claimed(self, runs: list[ClaimedRun]) -> None:
+        with self.mutex:
+            for run in runs:
+                self.claimed[run.spec.name] = run
+
+    def started(self, name: str) -> None:
+        with self.mutex:
+            self.claimed.pop(name, None)
+            if not self.claimed:
+                self.claimed.clear()  # frees the table a burst grew (a pop never shrinks it)
+
+    def durations(self) -> dict[str, float]:
+        now = time.monotonic()
+        with self.mutex:
+            return {name: now - running.begun for name, running in self.running.items()}
+
+
+class Invoker(HandOver):
+    """Call claimed tasks in-process, on the pool's worker threads."""
+
+    def __init__(
+        self,
+        *,
+        recorder: Recorder,
+        underway: Underway,
+        stopping: threading.Event,
+        clock: Callable[[], datetime],
+    ) -> None:
+        super().__init__(recorder=recorder, underway=underway, clock=clock)
+        self.stopping = stopping
+
+    def run(self, run: ClaimedRun, done: Callable[[datetime | None], None]) -> None:
+        """Call the claimed *run* (on a worker thread) and hand its end to the recorder."""
+        self.underway.started(run.spec.name)
+        held = run.take_lock()
+        started = self.clock()
+        try:
+            close_old_connections()
+            try:
+                ended, started = self._attempts(run, held, started)
+            finally:
+                close_old_connections()
+        except BaseException as exc:
+            # Whatever escaped (a KeyboardInterrupt, a trigger that raised): the run is over,
+            # its lock must not be kept alive, and its task must fire again.
+            logger.exception("Finishing the run of %s failed", run.spec.name)
+            run.exc = exc
+            self.recorder.abandon(run, done, started, (_qualified(type(exc)), str(exc), ""))
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return
+        run.duration, run.exc = ended.duration, ended.exc
+        self.recorder.finish(
+            run,
+            done,
+            status=ended.status,
+            started=started,
+            finished=ended.finished,
+            error=ended.error,
+        )
+
+    def _attempts(
+        self, run: ClaimedRun, held: KeptAliveLock | None, started: datetime
+    ) -> tuple[_Ended, datetime]:
+        """Call the task, and again for each retry its ``retries=`` allow; return how the
+        last attempt ended, and when it started. The ends of the attempts before it are
+        recorded here."""
+        spec = run.spec
+        definition = spec.definition
+        attempt = 1
+        bound = retry_bound(spec, run.fire_time, started) if definition.retries else None
+        while True:
+            ended = self._attempt(spec, run, held)
+            if ended.exc is None or attempt > definition.retries:
+                break
+            wait = retry_delay(
+                attempt, definition.retry_backoff, definition.retry_backoff_max, random.random()
+            )
+            why_not = self._no_retry_because(held, bound, ended.finished + wait)
+            if why_not is not None:
+                logger.warning(
+                    "Not retrying %s (scheduled for %s) after attempt %d: %s",
+                    spec.name,
+                    when(run.fire_time),
+                    attempt,
+                    why_not,
+                )
+                break
+            logger.warning(
+                "Attempt %d of %s (scheduled for %s) failed; trying again in %s (%d of %d retries)",
+                attempt,
+                spec.name,
+                when(run.fire_time),
+                _ms(wait),
+                attempt,
+                definition.retries,
+            )
+            self.recorder.record_attempt_end(
+                run, ended.status, started, ended.finished, ended.error
+            )
+            run.duration = ended.duration
+            self.recorder.signal_end(run, ended.exc)
+            if self.stopping.wait(wait.total_seconds()):
+                break
+            attempt += 1
+            started = self.clock()
+            self.recorder.record_attempt_start(run, started, attempt)
+        if ended.duration > max(LOCKED_REPORT_AFTER, spec.longest_run):  # only such runs matter
+            spec.longest_run = ended.duration
+        spec.state = replace(spec.state, last_finished=ended.finished)
+        return ended, started
+
+    def _no_retry_because(
+        self, held: KeptAliveLock | None, bound: datetime | None, retry_at: datetime
+    ) -> str | None:
+        """Return why a failed attempt is not tried again at *retry_at*; ``None``: it is."""
+        if self.stopping.is_set():
+            return "the scheduler is stopping"
+        if held is not None and held.lost:
+            return "its lock was lost"
+        if bound is not None and retry_at >= bound:
+            return (
+                f"a retry at {retry_at.isoformat()} would reach the next fire time "
+                f"{bound.isoformat()}, which comes first"
+            )
+        return None
+
+    def _attempt(self, spec: TaskSpec, run: ClaimedRun, held: KeptAliveLock | None) -> _Ended:
+        """Call the task once, noted as running meanwhile; return how it ended."""
+        timeout = spec.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
+        underway = self.underway
+        with underway.mutex:
+            underway.running[spec.name] = _Running(run.run_id, held, deadline, timeout)
+        try:
+            return self._call(spec, run, deadline)
+        finally:
+            with underway.mutex:
+                underway.running.pop(spec.name, None)
+
+    def _call(self, spec: TaskSpec, run: ClaimedRun, deadline: float | None) -> _Ended:
+        """Call the task; a run longer than its timeout ends *timed out*, with a
+        ``RunTimedOut`` as its exception."""
+        definition, fire_time = spec.definition, run.fire_time
+        run_events.publish(
+            signals.run_started, spec.name, task=definition, scheduled_at=fire_time, run=run.run_id
+        )
+        logger.info("Running %s (scheduled for %s)", spec.name, when(fire_time))
+        begun = time.perf_counter()
+        failure: BaseException | None = None
+        failed_traceback = ""
+        try:
+            # In a copy of this thread's context: what the task sets in context variables
+            # (Django's active translation and time zone among them) ends with its run.
+            contextvars.copy_context().run(_invoke, definition, fire_time, deadline)
+        except (Exception, SystemExit) as exc:  # sys.exit() in a task fails that run only
+            failure = exc
+            failed_traceback = traceback.format_exc()
+        duration = timedelta(seconds=time.perf_counter() - begun)
+        if failure is not None:
+            # A failed task may leave its connection unusable; the run is still recorded.
+            close_old_connections()
+        if spec.timeout is not None and duration > spec.timeout:
+            timed_out = RunTimedOut(spec.name, duration, spec.timeout, failure)
+            logger.error("%s", timed_out)
+            error = (_qualified(RunTimedOut), str(timed_out), failed_traceback)
+            return _Ended(RunStatus.TIMED_OUT, error, duration, timed_out, self.clock())
+        if failure is not None:
+            logger.error(
+                "Task %s failed after %s",
+                spec.name,
+                _ms(duration),
+                exc_info=(type(failure), failure, failure.__traceback__),
+            )
+            error = (_qualified(type(failure)), str(failure), failed_traceback)
+            return _Ended(RunStatus.FAILED, error, duration, failure, self.clock())
+        logger.info("Task %s succeeded in %s", spec.name, _ms(duration))
+        return _Ended(RunStatus.SUCCEEDED, NO_ERROR, duration, None, self.clock())
+
+    def watch_timeouts(self, monotonic: float) -> list[str]:
+        """Report, once each, the runs of this process that have passed their timeout by
+        *monotonic* (``time.monotonic()``); return their tasks' names. No I/O: the history
+        row tells the rest of the world by its ``timeout_at``."""
+        underway = self.underway
+        with underway.mutex:
+            late = [
+                (name, running)
+                for name, running in underway.running.items()
+                if running.deadline is not None
+                and not running.reported
+                and monotonic >= running.deadline
+            ]
+            for _, running in late:
+                running.reported = True
+        for name, running in late:
+            logger.warning(
+                "Run %s of %s has passed its timeout of %s: it is reported as timed out, and "
+                "cancel_requested() is true inside it. The scheduler cannot stop a thread: the "
+                "run keeps its lock until it returns.",
+                running.run_id,
+                name,
+                format_duration(running.timeout) if running.timeout else "?",
+            )
+        return [name for name, _ in late]
+
+
+def retry_bound(spec: TaskSpec, fire_time: datetime | None, started: datetime) -> datetime | None:
+    """Return the fire time that the retries of a run (or the publishes of an enqueue) must
+    not reach: the next one of the schedule (``None``: none, as for a fixed delay, which
+    counts from the run's end)."""
+    if spec.trigger.kind == "fixed_delay":
+        return None
+    if fire_time is None:  # a manual run: the task's next fire time as things stand
+        return spec.trigger.next_fire_time(now=started, state=spec.state)
+    after = replace(spec.state, last_fire_time=fire_time)
+    return spec.trigger.next_fire_time(now=fire_time, state=after)
+
+
+def _invoke(definition: TaskDefinition, fire_time: datetime | None, deadline: float | None) -> None:
+    func, args, kwargs = definition.func, definition.args, definition.kwargs
+    with firing_context(fire_time, deadline):
+        result = func(*args, **kwargs)
+        if inspect.iscoroutine(result):  # an async task: run it to its end on this thread
+            asyncio.run(result)
+
+
+def _qualified(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _ms(duration: timedelta) -> str:
+    return f"{duration.total_seconds() * 1000:.1f} ms"

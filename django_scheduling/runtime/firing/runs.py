@@ -1,0 +1,167 @@
+"""A firing on its way through the pipeline: a ``Claim`` from its decision to its claim, then a
+``ClaimedRun`` from its claim to the record of its end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ...schedules.decisions import Firing, Run, TaskRow
+from ..calls import Call
+from ..keepalive import KeptAliveLock, WaitingLocks
+from ..pool import PoolStats
+from .spec import TaskSpec
+
+if TYPE_CHECKING:
+    from ...locking import Lock
+
+__all__ = ["Claim", "ClaimedRun", "Handler", "Handed"]
+
+_NO_TIME = timedelta(0)
+
+
+@dataclass(slots=True, eq=False)
+class Claim:
+    """A firing decided to run (or, with *serve*, a paused task's fire time to mark as served
+    without a run), on its way through the claim."""
+
+    index: int  # its place in the batch
+    spec: TaskSpec
+    firing: Firing
+    decision: Run | None
+    row: TaskRow | None
+    #: A paused locked task's fire time, claimed without a run.
+    serve: datetime | None = None
+    #: The firing was claimed ahead of its time: it starts then.
+    at: datetime | None = None
+    lock: Lock | None = None
+    run_id: int | None = None
+    #: The run is this instance's: its fire time claimed, its request taken, or (``lock=False``)
+    #: nothing to take.
+    taken: bool = False
+    #: The claim moved the row's last fire time to this firing's (a locked task's schedule).
+    claimed: bool = False
+    #: The next fire time the claim wrote in the row.
+    planned: datetime | None = None
+    #: The last fire time the row holds once the run is taken (the fence of its end).
+    seen: datetime | None = None
+    #: What the enqueue made in the claim's transaction (an engine that commits with it).
+    handed: Handed | None = None
+
+    @property
+    def fire_time(self) -> datetime | None:
+        return self.decision.fire_time if self.decision is not None else self.serve
+
+
+@dataclass(frozen=True, slots=True)
+class Handed:
+    """What became of one enqueue: the run's status, when it ended, the backend, the result
+    id, and the error (type, message, traceback) and exception of a failed one."""
+
+    status: str
+    finished: datetime
+    backend: str
+    result_id: str
+    error: tuple[str, str, str]
+    exc: BaseException | None = None
+
+
+class Handler(Protocol):
+    """What runs a claimed firing (calls the task, or enqueues it), and what is told once its
+    end is recorded."""
+
+    def run(self, run: ClaimedRun, done: Callable[[datetime | None], None]) -> None: ...
+
+    def written(self, run: ClaimedRun, lost: bool) -> None: ...
+
+    def reject(self, run: ClaimedRun, stats: PoolStats) -> datetime | None: ...
+
+
+class ClaimedRun(Call):
+    """A firing claimed for this process, from its claim to the record of its end: ``run(done)``
+    hands it over (on a worker thread) and its end to the writer, which calls it back with
+    whether the lock was lost. One object all along: a burst claimed ahead keeps thousands at
+    once. Until it starts, its lock waits with the batch's (``waiting``, at ``slot``)."""
+
+    __slots__ = (
+        "claimed",
+        "done",
+        "duration",
+        "exc",
+        "fenced",
+        "fire_time",
+        "handed",
+        "handler",
+        "held",
+        "next_time",
+        "planned",
+        "recorded",
+        "recovery_of",
+        "run_id",
+        "seen",
+        "slot",
+        "spec",
+        "waiting",
+    )
+
+    def __init__(
+        self,
+        handler: Handler,
+        claim: Claim,
+        waiting: WaitingLocks | None,
+        slot: int,
+    ) -> None:
+        super().__init__(claim.at)
+        self.handler = handler
+        self.spec: TaskSpec = claim.spec
+        self.fire_time = claim.fire_time
+        self.run_id = claim.run_id
+        self.claimed, self.planned, self.seen = claim.claimed, claim.planned, claim.seen
+        request = claim.decision.request if claim.decision is not None else None
+        self.recovery_of = request.recover_run_id if request is not None else None
+        self.handed = claim.handed
+        #: The claim's transaction recorded its end (an enqueue that commits with it).
+        self.recorded = claim.handed is not None
+        self.waiting = waiting if claim.lock is not None else None
+        self.slot = slot
+        #: Its lock, kept alive on its own, once the run starts (see ``take_lock()``).
+        self.held: KeptAliveLock | None = None
+        # Set when the run has ended, for the writer's call back:
+        self.done: Callable[[datetime | None], None] | None = None
+        self.next_time: datetime | None = None
+        self.duration = _NO_TIME
+        self.exc: BaseException | None = None
+        #: The write of its end in the task row found a newer claim there.
+        self.fenced = False
+
+    def take_lock(self) -> KeptAliveLock | None:
+        """Return the run's lock, kept alive on its own from now on (``None``: the task runs
+        without a lock)."""
+        if self.held is None and self.waiting is not None:
+            self.held, self.waiting = self.waiting.start(self.slot), None
+        return self.held
+
+    @property
+    def locked_at(self) -> datetime | None:
+        held = self.take_lock()
+        return held.lock.locked_at if held is not None and held.lock is not None else None
+
+    def run(self, done: Callable[[datetime | None], None]) -> None:
+        self.handler.run(self, done)
+
+    def reject(self, stats: PoolStats) -> datetime | None:
+        return self.handler.reject(self, stats)
+
+    def __call__(self, lost: bool) -> None:
+        self.handler.written(self, lost)
+
+
+def unset_outcomes(count: int) -> list[Any]:
+    """Return the outcomes of a batch of *count* firings before anything is decided."""
+    return [UNSET] * count
+
+
+#: An outcome not decided yet.
+UNSET: Any = object()

@@ -1,0 +1,433 @@
+"""The delay queue, the dispatcher thread and the worker pool.
+
+One dispatcher thread keeps every task in a heap of times, each with the list of the tasks whose
+next fire time it is. It sleeps until the earliest one is due (or until something earlier is
+added), pops every due entry in one hold of the lock, and hands them, in batches of
+``BATCH_SIZE``, to the claim threads. There the firing pipeline (``firing.FiringPipeline``)
+decides and claims each batch, and answers for each firing with a ``Call`` to run on the worker
+pool or with when its entry fires next. A call reports its entry's next fire time once its end
+is recorded; only then does the entry go back into the delay queue, so one task never runs twice
+at once in this process. The dispatcher does no I/O.
+
+With a bounded queue (``QUEUE_CAPACITY``), a firing is claimed only if the pool has room for
+it: those that find none get the rejection policy before they are claimed, so that another
+instance may still run them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from ..clock import utcnow
+from ..context import shutdown_requested, stopping_context
+from .calls import Call, Dispatcher, Entry, Outcome, RunRequest
+from .delay_queue import BATCH_SIZE, CLAIM_AHEAD_MAX, DelayQueue, Due, claim_ahead, in_batches
+from .pool import PoolStats, RejectedWork, RejectionPolicy, Work, WorkerPool
+
+__all__ = [
+    "BATCH_SIZE",
+    "CLAIM_AHEAD_MAX",
+    "Entry",
+    "RunRequest",
+    "Scheduler",
+    "claim_ahead",
+    "shutdown_requested",
+]
+
+logger = logging.getLogger(__name__)
+
+#: After a dispatch error, an entry is tried again this long later, doubling up to a minute.
+_RETRY_MIN, _RETRY_MAX = 1.0, 60.0
+#: Threads that claim batches: one waits on the database while the other works.
+CLAIM_THREADS = 2
+
+
+class _Calls:
+    """Claimed firings whose time has come, run in order by the pool workers that drain
+    them: a burst hands thousands over at once, and not one pool item each."""
+
+    __slots__ = ("calls", "scheduler")
+
+    def __init__(self, scheduler: Scheduler, calls: list[Call]) -> None:
+        self.scheduler = scheduler
+        calls.reverse()  # taken from the end: the first one first
+        self.calls = calls
+
+    def __call__(self) -> None:
+        calls, run = self.calls, self.scheduler._run_call
+        while True:
+            try:
+                call = calls.pop()  # atomic: each call is taken by one worker
+            except IndexError:
+                return
+            run(call)
+
+
+class _OneCall:
+    """A claimed firing handed to a bounded pool on its own: it takes a place in the queue,
+    and ``discard_oldest`` may drop it there (``Call.reject``)."""
+
+    __slots__ = ("call", "scheduler")
+
+    def __init__(self, scheduler: Scheduler, call: Call) -> None:
+        self.scheduler, self.call = scheduler, call
+
+    def __call__(self) -> None:
+        self.scheduler._run_call(self.call)
+
+
+class Scheduler:
+    """Fire entries on time through a worker pool, as a dispatcher (the firing pipeline)
+    decides."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        *,
+        core_pool_size: int = 4,
+        max_pool_size: int = 16,
+        queue_capacity: int | None = None,
+        keep_alive: float = 60.0,
+        rejection_policy: RejectionPolicy | str = RejectionPolicy.ABORT,
+        clock: Callable[[], datetime] = utcnow,
+        name: str = "scheduling",
+        on_thread_exit: Callable[[], object] | None = None,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.clock = clock
+        self.name = name
+        self.pool = WorkerPool(
+            core_size=core_pool_size,
+            max_size=max_pool_size,
+            queue_capacity=queue_capacity,
+            keep_alive=keep_alive,
+            rejection_policy=rejection_policy,
+            name=name,
+            on_reject=self._on_reject,
+            on_exit=on_thread_exit,
+        )
+        self._claims = WorkerPool(
+            core_size=0,
+            max_size=CLAIM_THREADS,
+            queue_capacity=None,
+            keep_alive=keep_alive,
+            name=f"{name}-claims",
+            on_exit=on_thread_exit,
+        )
+        #: With a bounded queue: the firings admitted (see ``_admit``) and not handed to the
+        #: pool yet, for which it keeps room.
+        self._reserved = 0
+        # Where each burst's claims begin (see ``in_batches``).
+        self._random = random.Random()
+        self.queue = DelayQueue()
+        self._cond = self.queue.cond
+        self._dispatcher: threading.Thread | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the scheduler is stopping (it dispatches no more)."""
+        return self.queue.stopping
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the pool's queue has a capacity, and so rejects what does not fit."""
+        return self.pool.queue_capacity is not None
+
+    # -- public API ----------------------------------------------------------------------------
+
+    def add(self, entry: Entry) -> datetime | None:
+        """Add *entry* and schedule its first firing; return that fire time."""
+        fire_time = self.dispatcher.first_fire_time(entry, now=self.clock())
+        with self._cond:
+            self.queue.state.entries[entry.name] = entry
+            self.queue.push(entry, fire_time)
+        return fire_time
+
+    def entries(self) -> list[Entry]:
+        with self._cond:
+            return list(self.queue.state.entries.values())
+
+    def entry(self, name: str) -> Entry | None:
+        """Return the entry named *name*, if this scheduler has it."""
+        return self.queue.state.entries.get(name)  # one dict read: atomic, no lock needed
+
+    def run_now(self, name: str, request: RunRequest | None = None) -> bool:
+        """Queue a run of *name* outside its schedule, as soon as it is not running.
+
+        Return False if the name is unknown. A request for an entry that already has one
+        pending is not queued twice.
+        """
+        request = request or RunRequest()
+        with self._cond:
+            entry = self.queue.state.entries.get(name)
+            if entry is None:
+                return False
+            if entry.running:
+                entry.pending_request = entry.pending_request or request
+            elif not entry.request_queued:
+                self.queue.push_item(entry, self.clock(), request)
+            return True
+
+    def wake(self, predicate: Callable[[Entry], bool]) -> list[str]:
+        """Fire now every waiting entry for which *predicate* holds; return their names.
+
+        After a database outage, the entries that were backing off try again at once.
+        """
+        now = self.clock()
+        with self._cond:
+            return self.queue.wake(predicate, now)
+
+    def start(self) -> None:
+        """Start the dispatcher thread."""
+        if self._dispatcher is not None:
+            raise RuntimeError("the scheduler has already been started")
+        self._dispatcher = threading.Thread(
+            target=self._dispatch_loop, name=f"{self.name}-dispatcher", daemon=True
+        )
+        self._dispatcher.start()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the dispatcher thread runs."""
+        return self._dispatcher is not None and self._dispatcher.is_alive()
+
+    def shutdown(self, timeout: float | None = None) -> list[str]:
+        """Stop dispatching, wait up to *timeout* seconds for running tasks, and return the
+        names of those still running then.
+
+        Under the ``caller_runs`` policy the dispatcher may be running a task itself: it counts
+        against the same *timeout*.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self.queue.stopping = True
+            self._cond.notify_all()
+        if self._dispatcher is not None and self._dispatcher is not threading.current_thread():
+            self._dispatcher.join(timeout)
+
+        def remaining() -> float | None:
+            return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+        # Batches being claimed hand their firings to the pool: wait for them first.
+        self._claims.shutdown(wait=True, timeout=remaining())
+        # Firings claimed ahead are this instance's to run: each at its time.
+        with self._cond:
+            claimed = self.queue.take_claimed()
+        if claimed:
+            self._run_calls(claimed)
+        self.pool.shutdown(wait=True, timeout=remaining())
+        self.dispatcher.drain(remaining())
+        with self._cond:
+            entries = self.queue.state.entries.values()
+            return sorted(entry.name for entry in entries if entry.running)
+
+    def _dispatch_loop(self) -> None:
+        while True:
+            taken = self.queue.take_due()
+            if taken is None:
+                return
+            self._hand_over(*taken)
+            # Not kept while the dispatcher waits: a burst's calls, and the locks and records
+            # they hold, would stay in memory until the next burst.
+            del taken
+
+    def _hand_over(self, due: list[Due], calls: list[Call]) -> None:
+        """Hand the claimed calls whose time has come to the pool, and the due firings, in
+        batches, to the claim threads."""
+        if calls:
+            self._run_calls(calls)
+        if self.bounded:
+            due = self._admit(due)
+        if not due:
+            return
+        chunks = in_batches(due, BATCH_SIZE, start=self._random.random())
+        del due
+        for index, chunk in enumerate(chunks):
+            try:
+                self._claims.submit(functools.partial(self._claim, chunk), label="claims")
+            except RuntimeError:
+                # No claim thread could start (a thread limit, or a shutdown): this thread
+                # claims the rest itself.
+                for rest in chunks[index:]:
+                    self._claim(rest)
+                return
+
+    def _admit(self, due: list[Due]) -> list[Due]:
+        """Return the firings of *due* that the bounded pool has room for, and keep that room;
+        give the others the rejection policy, before they are claimed."""
+        room = self.pool.room()
+        policy = self.pool.rejection_policy
+        if room is None or (policy is RejectionPolicy.DISCARD_OLDEST and self.pool.queue_capacity):
+            admitted, refused = due, []  # the pool drops the oldest waiting call for each
+        else:
+            with self._cond:
+                free = max(room - self._reserved, 0)
+            admitted, refused = due[:free], due[free:]
+        with self._cond:
+            self._reserved += len(admitted)
+        for item in refused:
+            if policy is RejectionPolicy.CALLER_RUNS and not self.stopping:
+                self._run_here(item)
+            else:
+                with self._cond:
+                    reserved = self._reserved
+                self._reject(item, dataclasses.replace(self.pool.stats(), reserved=reserved))
+        return admitted
+
+    def _run_here(self, item: Due) -> None:
+        """Claim and run *item* on this thread (the ``caller_runs`` policy)."""
+        with self._cond:
+            self._reserved += 1
+        self._claim([item], here=True)
+
+    def _reject(self, item: Due, stats: PoolStats) -> None:
+        """Note a firing the pool has no room for; it is not claimed."""
+        self.pool.count_rejection()
+        logger.warning(
+            "Pool %r has no room for %s (policy %s): %s",
+            self.pool.name,
+            item.entry.name,
+            self.pool.rejection_policy.value,
+            stats,
+        )
+        try:
+            next_time = self.dispatcher.rejected(item.entry, item.firing, stats)
+        except Exception:
+            logger.exception("Handling the rejection of %s failed", item.entry.name)
+            next_time = self._retry_time(item.entry)
+        self._finish(item.entry, next_time, reschedule=True)
+
+    def _claim(self, chunk: list[Due], *, here: bool = False) -> None:
+        """Claim *chunk* (on a claim thread, or *here*) and hand each firing on as the
+        dispatcher says."""
+        if self.stopping:  # claimed now, these firings could not start before the exit
+            self._unreserve(len(chunk))
+            for item in chunk:
+                self._finish(item.entry, None, reschedule=False)
+            return
+        try:
+            outcomes: list[Outcome] = self.dispatcher.dispatch(
+                [(item.entry, item.firing) for item in chunk]
+            )
+        except Exception:
+            logger.exception("Claiming %d firings failed", len(chunk))
+            self._unreserve(len(chunk))
+            for item in chunk:
+                self._finish(item.entry, self._retry_time(item.entry), reschedule=True)
+            return
+        calls: list[Call] = []
+        for item, outcome in zip(chunk, outcomes, strict=True):
+            if isinstance(outcome, Call):
+                outcome.entry = item.entry
+                calls.append(outcome)
+            else:
+                item.entry.failures = 0
+                self._finish(item.entry, outcome, reschedule=True)
+        self._unreserve(len(chunk) - len(calls))
+        if here:
+            for call in calls:
+                self._unreserve(1)
+                self._run_call(call)
+        elif calls:
+            self._submit_calls(calls)
+
+    def _unreserve(self, count: int) -> None:
+        if count and self.bounded:
+            with self._cond:
+                self._reserved = max(self._reserved - count, 0)
+
+    def _submit_calls(self, calls: list[Call]) -> None:
+        """Hand the claimed *calls* to the pool, those claimed ahead to the delay queue until
+        their time."""
+        with self._cond:
+            ready = self.queue.wait_for_time(calls, time.time())
+        if ready:
+            self._run_calls(ready)
+
+    def _run_calls(self, calls: list[Call]) -> None:
+        """Run the claimed *calls* on the pool. Unbounded, as many workers as it may have (as
+        many as if each were submitted alone) take them in turn; bounded, each takes its place
+        in the queue, kept for it since it was admitted."""
+        if self.bounded:
+            self._unreserve(len(calls))
+            for index, call in enumerate(calls):
+                try:
+                    self.pool.submit(_OneCall(self, call), label=_label(call))
+                except RejectedWork:
+                    pass  # _on_reject has recorded it and rescheduled the entry
+                except RuntimeError:
+                    # Claimed already: they must run. No worker could start (a thread limit,
+                    # or the pool is shutting down): this thread runs them.
+                    for rest in calls[index:]:
+                        self._run_call(rest)
+                    return
+            return
+        work = _Calls(self, calls)
+        for _ in range(min(len(calls), self.pool.max_size)):
+            try:
+                self.pool.submit(work, label="claimed firings", must_run=True)
+            except RuntimeError:
+                # Claimed already: they must run. No worker could start (a thread limit, or
+                # the pool is shutting down), so this thread runs those no worker took.
+                work()
+                return
+
+    def _run_call(self, call: Call) -> None:
+        """Run a claimed firing on a worker thread, no earlier than its time."""
+        entry = call.entry
+        assert entry is not None
+        # Claimed ahead, and handed over at a stop: the dispatcher no longer waits for it.
+        if call.at is not None and (wait := call.at.timestamp() - time.time()) > 0:
+            time.sleep(wait)
+        try:
+            with stopping_context(lambda: self.stopping):
+                call.run(functools.partial(self._call_done, entry))
+        except Exception:
+            logger.exception("Running %s failed outside the task itself", entry.name)
+            self._finish(entry, self._retry_time(entry), reschedule=True)
+
+    def _call_done(self, entry: Entry, next_time: datetime | None) -> None:
+        entry.failures = 0
+        self._finish(entry, next_time, reschedule=True)
+
+    def _on_reject(self, item: Work, stats: PoolStats, policy: RejectionPolicy) -> None:
+        """A call that the bounded pool dropped: ``discard_oldest`` made room with it (or the
+        pool had less room than it said)."""
+        if policy is RejectionPolicy.CALLER_RUNS and not self.stopping:
+            return  # the pool runs it in the submitting thread
+        one: _OneCall = item.fn  # type: ignore[assignment]
+        entry = one.call.entry
+        assert entry is not None
+        try:
+            next_time = one.call.reject(stats)
+        except Exception:
+            logger.exception("Handling the rejection of %s failed", entry.name)
+            next_time = self._retry_time(entry)
+        self._finish(entry, next_time, reschedule=True)
+
+    def _retry_time(self, entry: Entry) -> datetime:
+        """After a dispatch error, try again later, never at once: a failure that repeats must
+        not become a busy loop."""
+        entry.failures += 1
+        delay = min(_RETRY_MIN * 2 ** (entry.failures - 1), _RETRY_MAX)
+        return self.clock() + timedelta(seconds=delay)
+
+    def _finish(self, entry: Entry, next_time: datetime | None, *, reschedule: bool) -> None:
+        with self._cond:
+            entry.running = False
+            if reschedule:
+                self.queue.push(entry, next_time)
+            if entry.pending_request is not None:
+                request, entry.pending_request = entry.pending_request, None
+                self.queue.push_item(entry, self.clock(), request)
+
+
+def _label(call: Call) -> str:
+    return call.entry.name if call.entry is not None else "claimed firing"
