@@ -42,6 +42,8 @@ SUBSET = [
     "tests/test_history.py",
     "tests/test_execution.py",
     "tests/test_batches.py",
+    "tests/test_pipeline.py",
+    "tests/test_memory_layout.py",
     "tests/test_reliability.py",
     "tests/test_migrations.py",
 ]

@@ -137,20 +137,6 @@ class BatchTests(Instances):
         ]
         return definitions, counters
 
-    def test_tasks_declared_alike_share_one_state_at_start_up(self):
-        definitions, _ = self.tasks(3)
-        other = [self.registry.add(Counter(), name="other", fixed_rate="1m")]
-        a = self.instance("a")
-        specs = a.runner.specs([*definitions, *other], complete=False)
-        self.assertIs(specs[0].state, specs[1].state)
-        self.assertIs(specs[0].state, specs[2].state)
-        self.assertEqual(specs[3].state, specs[0].state)  # the same values...
-        ScheduledTask.objects.filter(name=specs[3].name).update(last_fire_time=T0)
-        specs = a.runner.specs([*definitions, *other], complete=False)
-        self.assertIsNot(specs[3].state, specs[0].state)  # ...until they differ
-        self.assertEqual(specs[3].state.last_fire_time, T0)
-        self.assertIsNone(specs[0].state.last_fire_time)
-
     def test_a_batch_runs_each_due_firing_once_and_records_it(self):
         definitions, counters = self.tasks(5)
         a = self.instance("a")
@@ -171,23 +157,6 @@ class BatchTests(Instances):
         for lock in TaskLock.objects.all():
             self.assertEqual(lock.locked_by, "a")
             self.assertLessEqual(lock.lock_until, datetime.now(UTC))
-        self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
-
-    def test_a_claimed_run_is_one_object_from_its_claim_to_the_record_of_its_end(self):
-        # A burst keeps every claimed firing in memory at once, and then every end the writer
-        # has not written yet: a closure and its cells per run made each several times larger.
-        definitions, counters = self.tasks(5)
-        a = self.instance("a")
-        entries = a.entries(definitions)
-        outcomes = a.batch(entries, T0)
-        handed: list = []
-        add = a.writer.add
-        a.writer.add = lambda finished: (handed.append(finished), add(finished))[-1]
-        self.assertEqual(a.run_calls(entries, outcomes), 5)
-        self.assertEqual([c.count for c in counters], [1] * 5)
-        self.assertEqual(len(handed), 5)
-        # The writer calls the run back itself once its end is recorded.
-        self.assertEqual({id(f.done) for f in handed}, {id(o) for o in outcomes})
         self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
 
     def test_claimed_firings_keep_their_locks_alive_until_they_start(self):

@@ -109,21 +109,6 @@ def test_parse_of_a_subclass_returns_the_subclass() -> None:
     assert type(CronExpression.parse("0 * * * * *")) is CronExpression
 
 
-def test_expressions_with_the_same_day_fields_share_the_month_masks() -> None:
-    # White box: the per-month caches depend on the day fields only, so one is kept for all
-    # the expressions that have the same day fields, and filling it for one serves the other.
-    daily = CronExpression("0 0 9 13 * FRI")
-    hourly = CronExpression("0 0 * 13 * FRI")
-    either = CronExpression("0 9 13 * FRI")  # five fields: the 13th or a Friday
-    assert daily._masks is hourly._masks
-    assert either._masks is not daily._masks
-    start = datetime(2024, 1, 1)
-    assert daily.next(start) == datetime(2024, 9, 13, 9)
-    assert hourly.next(start) == datetime(2024, 9, 13, 0)
-    assert either.next(start) == datetime(2024, 1, 5, 9)
-    assert daily._seconds is hourly._seconds  # the tables of equal fields are shared too
-
-
 def test_invalid_cron_expression_is_a_value_error() -> None:
     assert issubclass(InvalidCronExpression, ValueError)
 

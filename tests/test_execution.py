@@ -9,7 +9,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
-from django.test import SimpleTestCase, TransactionTestCase
+from django.test import TransactionTestCase
 
 from django_scheduling import signals
 from django_scheduling.conf import get_settings
@@ -21,12 +21,10 @@ from django_scheduling.locking import (
 )
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.observability.events import run_events
-from django_scheduling.runtime.firing import FiringPipeline, TaskSpec
+from django_scheduling.runtime.firing import FiringPipeline
 from django_scheduling.runtime.keepalive import KeepAlive
 from django_scheduling.runtime.scheduler import Entry, RunRequest
-from django_scheduling.schedules.triggers import TriggerState
 from django_scheduling.tasks.registry import TaskRegistry
-from django_scheduling.tasks.resolved import resolve
 
 T0 = datetime(2026, 5, 13, 12, 0, 0, tzinfo=UTC)
 DEADLINE = 10.0
@@ -351,44 +349,3 @@ class ThreadStateTests(TransactionTestCase):
         runner.run(Entry(spec.name, spec), T0)
         self.assertEqual(translation.get_language(), default_language)
         self.assertEqual(timezone.get_current_timezone_name(), "UTC")
-
-
-class TaskSpecTests(SimpleTestCase):
-    """A task keeps what only trouble needs (database errors, a lock held elsewhere) in a
-    side object that exists only while there is trouble."""
-
-    def spec(self) -> TaskSpec:
-        definition = TaskRegistry().add(lambda: None, fixed_rate="1s", name="job")
-        task = resolve(definition, get_settings(), UTC)
-        return TaskSpec(name="job", task=task, _state=TriggerState())
-
-    def test_it_is_its_own_entry(self):
-        spec = self.spec()
-        self.assertIs(spec.payload, spec)
-        self.assertIsInstance(spec, Entry)
-
-    def test_trouble_comes_and_goes(self):
-        spec = self.spec()
-        spec.database_failures = 0
-        spec.recheck = None
-        self.assertIsNone(spec._trouble)
-        spec.database_failures += 1
-        spec.recheck = T0
-        self.assertEqual((spec.database_failures, spec.recheck), (1, T0))
-        self.assertIsNotNone(spec._trouble)
-        spec.database_failures = 0
-        self.assertEqual(spec.recheck, T0)  # the rest of the trouble stays
-        spec.recheck = None
-        self.assertIsNone(spec._trouble)
-        self.assertEqual(
-            (spec.database_failures, spec.recheck, spec.locked_holder), (0, None, None)
-        )
-
-    def test_tasks_in_the_same_state_keep_one_state_object(self):
-        # After a burst, each task would otherwise keep a state of its own, with the end of
-        # its own run, which a fixed-rate trigger never reads.
-        first, second = self.spec(), self.spec()
-        first.state = TriggerState(T0, T0, T0 + timedelta(milliseconds=3))
-        second.state = TriggerState(T0, T0, T0 + timedelta(milliseconds=7))
-        self.assertIs(first.state, second.state)
-        self.assertEqual(first.state, TriggerState(T0, T0))

@@ -3,8 +3,7 @@
 import asyncio
 import functools
 from collections.abc import Mapping
-from datetime import UTC, timedelta
-from zoneinfo import ZoneInfo
+from datetime import timedelta
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
@@ -185,47 +184,6 @@ class ScheduledDecoratorTests(SimpleTestCase):
         messages = {m.msg.partition(" ")[2].partition(" ")[0]: m.msg for m in self.check_messages()}
         self.assertIn("needs the argument(s) day,", messages["'wrapped'"])
         self.assertIn("needs the argument(s) first, third,", messages["'positional'"])
-
-    def test_tasks_declared_alike_share_their_trigger(self):
-        zone = ZoneInfo("Europe/Berlin")
-        for number in range(3):
-            scheduled(cron="*/5 * * * * *", name=f"alike{number}")(job)
-        scheduled(cron="*/5 * * * * *", zone="America/New_York", name="new_york")(job)
-        scheduled(cron="0/5 * * * * *", name="written_otherwise")(job)
-        tasks = registry_module.registry
-        first, *others = [tasks.get(f"alike{number}") for number in range(3)]
-        for other in others:
-            self.assertIs(other.trigger_options, first.trigger_options)
-            self.assertIs(other.trigger(zone), first.trigger(zone))
-        trigger = first.trigger(zone)
-        self.assertIsNot(first.trigger(UTC), trigger)
-        self.assertEqual(first.trigger(UTC).zone, UTC)
-        self.assertIsNot(first.trigger(zone, timedelta(seconds=6)), trigger)
-        self.assertEqual(first.trigger(zone, timedelta(seconds=6)).misfire_threshold.seconds, 6)
-        self.assertEqual(tasks.get("new_york").trigger(zone).zone, ZoneInfo("America/New_York"))
-        self.assertEqual(
-            tasks.get("written_otherwise").trigger(zone).describe(),
-            "cron 0/5 * * * * * Europe/Berlin",
-        )
-
-    def test_tasks_declared_alike_share_their_options(self):
-        # 10,000 tasks declared alike keep one options object, not ten fields each.
-        for number in range(3):
-            scheduled(fixed_rate="5s", lock_at_most_for="5m", jitter="10s", name=f"o{number}")(job)
-        scheduled(fixed_rate="5s", lock_at_most_for="6m", jitter="10s", name="longer")(job)
-        scheduled(fixed_rate="5s", lock=False, name="unlocked")(job)
-        tasks = registry_module.registry
-        first, *others = [tasks.get(f"o{number}") for number in range(3)]
-        for other in others:
-            self.assertIs(other.options, first.options)
-        self.assertIsNot(tasks.get("longer").options, first.options)
-        # Read as the definition's own attributes.
-        self.assertEqual(
-            (first.lock, first.lock_at_most_for, first.jitter, first.engine, first.error),
-            (True, timedelta(minutes=5), timedelta(seconds=10), None, None),
-        )
-        self.assertEqual(tasks.get("longer").lock_at_most_for, timedelta(minutes=6))
-        self.assertFalse(tasks.get("unlocked").lock)
 
     # -- misuse never raises: each mistake is a check error naming the task and the fix ------
 

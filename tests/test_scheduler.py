@@ -8,7 +8,6 @@ import functools
 import itertools
 import threading
 import time
-import weakref
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -108,36 +107,6 @@ class SchedulerTests(SimpleTestCase):
         scheduler = Scheduler(runner, **options)
         self.addCleanup(scheduler.shutdown, 5)
         return runner, scheduler
-
-    def test_entries_due_at_the_same_time_share_one_time_object(self):
-        _runner, scheduler = self.make()
-        anchor = now() + timedelta(hours=1)
-        tasks = [Task(FixedRateTrigger(timedelta(hours=1))) for _ in range(3)]
-        for index, task in enumerate(tasks):
-            task.state = TriggerState(anchor=anchor.replace(microsecond=anchor.microsecond))
-            scheduler.add(Entry(f"task{index}", task))
-        later = Task(FixedRateTrigger(timedelta(hours=2)))
-        later.state = TriggerState(anchor=anchor + timedelta(minutes=1))
-        scheduler.add(Entry("later", later))
-        times = {entry.name: entry.next_fire_time for entry in scheduler.entries()}
-        self.assertEqual(times["task0"], anchor)
-        self.assertIs(times["task1"], times["task0"])
-        self.assertIs(times["task2"], times["task0"])
-        self.assertEqual(times["later"], anchor + timedelta(minutes=1))
-
-    def test_entries_due_together_cost_one_heap_item(self):
-        # The heap holds a time once, with a list of the entries due then: a burst of tasks
-        # costs a list slot each, not a heap item each.
-        _runner, scheduler = self.make()
-        at = now() + timedelta(hours=1)
-        for index in range(1_000):
-            task = Task(FixedRateTrigger(timedelta(hours=1)), state=TriggerState(anchor=at))
-            scheduler.add(Entry(f"task{index:04}", task))
-        self.assertEqual(len(scheduler.queue.state.heap), 1)
-        due, _ = scheduler.queue.pop(at.timestamp(), at.timestamp())
-        self.assertEqual(
-            sorted(work.entry.name for work in due), [f"task{i:04}" for i in range(1_000)]
-        )
 
     def test_an_entry_moved_to_another_time_is_taken_there_only_and_once(self):
         # Not started: the delay queue is driven with explicit times.
@@ -463,28 +432,6 @@ class ClaimAheadTests(SimpleTestCase):
         scheduler.start()
         wait_for(lambda: all(task.runs for task in tasks))
         self.assertGreaterEqual(min(claimed_at for claimed_at, _ in runner.claims), instant)
-
-    def test_the_calls_of_a_burst_are_not_kept_once_they_have_run(self):
-        # A call holds its run's lock and records: kept by the dispatcher or by an idle
-        # worker, a burst of 10,000 stayed in memory until the next burst.
-        runner = MemoryRunner()
-        scheduler = self.make(runner)
-        instant = now() + timedelta(seconds=2)
-        tasks = self.burst(scheduler, 2_000, instant)  # claimed 1 s ahead
-        kept = []
-        dispatch = runner.dispatch
-
-        def watched_dispatch(items):
-            calls = dispatch(items)
-            kept.extend(weakref.ref(call.fn) for call in calls)
-            return calls
-
-        runner.dispatch = watched_dispatch
-        scheduler.start()
-        wait_for(lambda: all(task.runs for task in tasks))
-        self.assertEqual(len(kept), 2_000)
-        wait_for(lambda: scheduler.pool.stats().active == 0)
-        wait_for(lambda: not any(ref() for ref in kept))
 
     def test_a_burst_is_handed_to_the_pool_as_a_few_items_not_one_per_firing(self):
         # One pool item per claimed firing made thousands of objects at the burst's instant.

@@ -254,12 +254,6 @@ class TestKeptState:
         ended = TriggerState(T0, T0 + s(10), T0 + s(11))
         assert kept_state(Custom(), ended) == ended  # type: ignore[arg-type]
 
-    def test_equal_states_are_kept_as_one_object(self):
-        trigger = FixedRateTrigger(s(10))
-        first = kept_state(trigger, TriggerState(T0, T0 + s(10), T0 + s(11)))
-        second = kept_state(trigger, TriggerState(T0, T0 + s(10), T0 + s(12)))
-        assert second is first
-
 
 class TestMakeTrigger:
     def test_builds_each_kind(self):

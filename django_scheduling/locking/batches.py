@@ -206,13 +206,12 @@ def unlock_many(
 
     Raise ``LockError`` if the database fails; the handles then stay usable.
     """
-    from .database import DatabaseLock
-
-    mine = [lock for lock in locks if isinstance(lock, DatabaseLock)]
+    # The handles of this provider (a handle of another provider is not released here).
+    mine: list[Any] = [lock for lock in locks if getattr(lock, "_provider", None) is provider]
     for lock in mine:
         lock._check_valid()
     lost: set[str] = set()
-    groups: dict[tuple[str, datetime, datetime], list[DatabaseLock]] = {}
+    groups: dict[tuple[str, datetime, datetime], list[Any]] = {}
     for lock in mine:
         groups.setdefault((lock.owner, lock.locked_at, lock._least_until), []).append(lock)
     try:
