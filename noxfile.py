@@ -84,6 +84,14 @@ def tests_django_60(session: nox.Session, database: str) -> None:
     run_suite(session, "6.0", database, *SUBSET)
 
 
+@nox.session(python="3.13", name="docs")
+def docs(session: nox.Session) -> None:
+    """The docs site, built with warnings (a broken link, a missing page) as errors."""
+    session.install(".[docs]")
+    site = Path(session.create_tmp()) / "site"
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(site))
+
+
 def run_suite(session: nox.Session, django: str, database: str, *paths: str) -> None:
     python = suite_python(session, django)
     env = {

@@ -27,7 +27,9 @@ What it counts, over a window of ``--seconds`` whole seconds after a ``--warmup`
 
 - *django-tasks-db*: the rows of ``DBTaskResult`` with their ``enqueued_at`` (set by
   django-tasks-db when it inserts the row). Ours: each row is joined with the run of our
-  history that enqueued it (``TaskRun.result_id``) for the fire time it serves.
+  history that enqueued it (``TaskRun.result_id``) for the fire time it serves; a row of a
+  burst enqueued ahead of its fire time carries ``run_after`` (no worker takes it before), and
+  counts as arriving then.
   django-crontask: each row is matched to the latest whole second at or before its
   ``enqueued_at`` (its trigger's fire times are the whole seconds).
 - *Celery*: a thread of this process pops the messages off the Redis list as they arrive
@@ -394,8 +396,12 @@ def database_records(config: Config, url: str) -> list[Record]:
 
     with psycopg.connect(url) as db:
         if config.system == "ours-tasks":
+            # A row enqueued ahead of its fire time (a burst claimed ahead) waits for its
+            # run_after: no worker can take it before, so it counts as arriving then.
             rows = db.execute(
-                "SELECT t.task_path, r.scheduled_at, t.enqueued_at"
+                "SELECT t.task_path, r.scheduled_at,"
+                " CASE WHEN t.run_after < '9000-01-01' AND t.run_after > t.enqueued_at"
+                " THEN t.run_after ELSE t.enqueued_at END"
                 " FROM django_tasks_database_dbtaskresult t"
                 " LEFT JOIN django_scheduling_taskrun r ON r.result_id = t.id::text"
             ).fetchall()

@@ -151,7 +151,18 @@ class RunEventsTests(SimpleTestCase):
         # SystemExit stopped the receivers after it for that event, not the thread.
         self.assertIn(3, self.seen)
 
+    def test_an_event_nobody_hears_is_not_queued(self):
+        self.events.publish(self.signal, "task")
+        self.assertEqual(self.events.pending, 0)
+        self.assertIsNone(self.events._thread)
+        heard = []
+        self.signal.connect(lambda sender, **kwargs: heard.append(sender), weak=False)
+        self.events.publish(self.signal, "task")
+        self.assertTrue(self.events.drain(10))
+        self.assertEqual(heard, ["task"])
+
     def test_a_thread_that_died_is_started_again(self):
+        self.signal.connect(lambda sender, **kwargs: None, weak=False)
         self.events.publish(self.signal, "task")
         self.assertTrue(self.events.drain(10))
         dead = self.events._thread

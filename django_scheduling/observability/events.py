@@ -38,7 +38,12 @@ class RunEvents:
         self._cond = threading.Condition()
         self._busy = False
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
+        # After a fork the parent's thread is not in the child: the first event starts one.
+        os.register_at_fork(after_in_child=self._forget_thread)
+
+    def _forget_thread(self) -> None:
+        self._thread, self._busy = None, False
+        self._cond = threading.Condition()
 
     def subscribe(self, signal: Signal, handler: Handler) -> None:
         """Deliver *signal*'s events to *handler* (called as a receiver is: ``handler(sender,
@@ -55,11 +60,17 @@ class RunEvents:
                 handlers.remove(handler)
 
     def publish(self, signal: Signal, sender: str, **kwargs: Any) -> None:
-        """Queue an event of *signal* from *sender*; never waits on an observer."""
+        """Queue an event of *signal* from *sender*; never waits on an observer. An event that
+        no observer and no receiver would hear is not queued (a signal's receivers are only
+        read here, never called)."""
+        if not self._observers.get(signal) and not signal.receivers:
+            return
         with self._cond:
+            was_empty = not self._queue
             self._queue.append((signal, sender, kwargs))
             self._ensure_thread()
-            self._cond.notify()
+            if was_empty:  # the thread waits only on an empty queue
+                self._cond.notify()
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every event published so far is delivered; return whether they were."""
@@ -68,14 +79,12 @@ class RunEvents:
 
     @property
     def pending(self) -> int:
-        """How many events wait to be delivered."""
+        """How many events wait to be delivered (those taken for delivery not counted)."""
         with self._cond:
             return len(self._queue)
 
     def _ensure_thread(self) -> None:
-        # Called with the condition held. After a fork the parent's thread is not here.
-        if self._pid != os.getpid():
-            self._pid, self._thread, self._busy = os.getpid(), None, False
+        # Called with the condition held.
         if self._thread is not None and self._thread.is_alive():
             return
         if self._thread is not None:
@@ -89,10 +98,13 @@ class RunEvents:
                 self._busy = False
                 self._cond.notify_all()
                 self._cond.wait_for(lambda: bool(self._queue))
-                signal, sender, kwargs = self._queue.popleft()
+                # Every event waiting, in one hold of the lock: a burst publishes thousands.
+                events, self._queue = self._queue, deque()
                 self._busy = True
-                handlers = list(self._observers.get(signal, ()))
-            self._deliver(handlers, signal, sender, kwargs)
+                observers = {signal: list(handlers) for signal, handlers in self._observers.items()}
+            for signal, sender, kwargs in events:
+                self._deliver(observers.get(signal, []), signal, sender, kwargs)
+            del events  # not kept while the thread waits
 
     def _deliver(
         self, handlers: list[Handler], signal: Signal, sender: str, kwargs: dict[str, Any]

@@ -37,6 +37,7 @@ __all__ = [
     "read_rows",
     "Rows",
     "claim_many",
+    "note_runs",
     "read_claims",
     "claimable",
 ]
@@ -434,6 +435,19 @@ def read_rows(names: list[str], *, using: str) -> Rows:
     return Rows(now, rows, holders)
 
 
+def _per_row(
+    name: str, names: list[str], values: list[Any], sql_cast: str
+) -> tuple[str, list[Any]]:
+    """Return the SQL and parameters of a column set to *values*, one per row of *names* (the
+    quoted name column *name*): one value for all rows when they share it (a burst on one
+    trigger), else a CASE."""
+    if all(value == values[0] for value in values):
+        return f"%s{sql_cast}", [values[0]]
+    cases = " ".join(["WHEN %s THEN %s"] * len(names))
+    params = [item for pair in zip(names, values, strict=True) for item in pair]
+    return f"CASE {name} {cases} END{sql_cast}", params
+
+
 def claim_many(
     fire_time: datetime,
     claims: list[tuple[str, str, int | None, datetime | None]],
@@ -458,21 +472,10 @@ def claim_many(
     cast = "::timestamptz" if conn.vendor == "postgresql" else ""
     big = "::bigint" if conn.vendor == "postgresql" else ""
     name = columns["name"]
-
-    def per_row(index: int, sql_cast: str, convert: Any = None) -> tuple[str, list[Any]]:
-        """One value for all rows when they share it (a burst on one trigger), else a CASE."""
-        values = [claim[index] for claim in claims]
-        if convert is not None:
-            values = [convert(v) for v in values]
-        if all(v == values[0] for v in values):
-            return f"%s{sql_cast}", [values[0]]
-        cases = " ".join(["WHEN %s THEN %s"] * len(claims))
-        params = [item for claim, v in zip(claims, values, strict=True) for item in (claim[0], v)]
-        return f"CASE {name} {cases} END{sql_cast}", params
-
-    run_sql, run_params = per_row(2, big)
-    next_sql, next_params = per_row(3, cast, adapt)
-    trigger_sql, trigger_params = per_row(1, "")
+    names = [claim[0] for claim in claims]
+    run_sql, run_params = _per_row(name, names, [c[2] for c in claims], big)
+    next_sql, next_params = _per_row(name, names, [adapt(c[3]) for c in claims], cast)
+    trigger_sql, trigger_params = _per_row(name, names, [c[1] for c in claims], "")
     statement = (
         f"UPDATE {q(meta.db_table)} SET {columns['last_fire_time']} = %s, "
         f"{run_column} = {run_sql}, {next_column} = {next_sql} "
@@ -480,12 +483,35 @@ def claim_many(
         f"AND {columns['trigger']} = {trigger_sql} "
         f"AND ({columns['last_fire_time']} IS NULL OR {columns['last_fire_time']} < %s)"
     )
-    params: list[Any] = [value, *run_params, *next_params]
-    params += [claim[0] for claim in claims]
-    params += [*trigger_params, value]
+    params: list[Any] = [value, *run_params, *next_params, *names, *trigger_params, value]
     with conn.cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.rowcount
+
+
+def note_runs(runs: list[tuple[str, int | None, datetime | None]], *, using: str) -> None:
+    """Store, for each (name, run id, next fire time) of *runs*, the run and when its task fires
+    next, in one statement: the runs of tasks with ``lock=False``, which claim no fire time (each
+    instance keeps its own schedule)."""
+    if not runs:
+        return
+    conn = connections[using]
+    q = conn.ops.quote_name
+    adapt = datetime_adapter(conn)
+    cast = "::timestamptz" if conn.vendor == "postgresql" else ""
+    big = "::bigint" if conn.vendor == "postgresql" else ""
+    name = q(column(ScheduledTask, "name"))
+    names = [run[0] for run in runs]
+    run_sql, run_params = _per_row(name, names, [run[1] for run in runs], big)
+    next_sql, next_params = _per_row(name, names, [adapt(run[2]) for run in runs], cast)
+    statement = (
+        f"UPDATE {q(ScheduledTask._meta.db_table)} "
+        f"SET {q(column(ScheduledTask, 'last_run'))} = {run_sql}, "
+        f"{q(column(ScheduledTask, 'next_fire_time'))} = {next_sql} "
+        f"WHERE {name} IN ({', '.join(['%s'] * len(runs))})"
+    )
+    with conn.cursor() as cursor:
+        cursor.execute(statement, [*run_params, *next_params, *names])
 
 
 def claimable(

@@ -2,8 +2,8 @@
 
 ``BENCH_SHAPE`` says when they are due: ``second``, every second (cron ``* * * * * *``), or
 ``minute``, all at the same second of every minute (cron ``S * * * * *``, S from
-``BENCH_MINUTE_SECOND``, 0 by default: ``0 * * * * *``). Every other option is the default:
-locked, history on.
+``BENCH_MINUTE_SECOND``, 0 by default: ``0 * * * * *``). ``BENCH_LOCK=0`` declares them with
+``lock=False``. Every other option is the default: locked, history on.
 """
 
 from __future__ import annotations
@@ -38,5 +38,6 @@ def _task(index: int) -> Callable[[], None]:
 CRON = cron_expression(
     os.environ.get("BENCH_SHAPE", "second"), int(os.environ.get("BENCH_MINUTE_SECOND", "0"))
 )
+LOCK = os.environ.get("BENCH_LOCK", "1") != "0"
 for _index in range(int(os.environ.get("BENCH_TASKS", "0"))):
-    scheduled(cron=CRON, name=f"bench.task{_index:05d}")(_task(_index))
+    scheduled(cron=CRON, name=f"bench.task{_index:05d}", lock=LOCK)(_task(_index))

@@ -140,7 +140,7 @@ class Claimer:
         claims = decided.claims
         for claim in claims:  # from a first try that rolled back
             claim.lock = claim.run_id = claim.planned = claim.seen = claim.handed = None
-            claim.taken = claim.claimed = False
+            claim.taken = claim.claimed = claim.noted = False
         locked = [claim for claim in claims if claim.spec.definition.lock]
         configs = [claim.spec.task.lock_configuration() for claim in locked]
         locks: dict[str, Any] = {}
@@ -181,6 +181,7 @@ class Claimer:
         firings (one statement per distinct fire time), take run requests and recoveries, and
         serve paused fire times. Set ``taken`` on those that are this instance's."""
         scheduled: list[Claim] = []
+        unlocked: list[Claim] = []
         for claim in won:
             decision, row = claim.decision, claim.row
             claim.seen = row.state.last_fire_time if row is not None else None
@@ -208,8 +209,29 @@ class Claimer:
                 )
             else:
                 claim.taken = True  # lock=False, or a run asked for in this process
+                if decision.fire_time is not None and request is None:
+                    unlocked.append(claim)
         if scheduled:
             self._claim_fire_times(scheduled, started, remembered)
+        if unlocked:
+            self._note_runs(unlocked, started, remembered)
+
+    def _note_runs(
+        self, claims: list[Claim], started: datetime, remembered: dict[int, Remembered]
+    ) -> None:
+        """Store the runs of *claims* (scheduled firings of tasks with ``lock=False``, whose
+        state this instance keeps) and their next fire times in their rows, in one statement,
+        as a claim does: their ends then need no write of the row."""
+        for claim in claims:
+            spec = claim.spec
+            trigger = remembered[id(spec.task.trigger)]
+            claim.planned = spec.task.dispatch_time(
+                trigger.next_fire_time(now=started, state=spec.state)
+            )
+            claim.noted = True
+        task_rows.note_runs(
+            [(claim.spec.name, claim.run_id, claim.planned) for claim in claims], using=self.using
+        )
 
     def _claim_fire_times(
         self, claims: list[Claim], started: datetime, remembered: dict[int, Remembered]
@@ -258,7 +280,7 @@ class Claimer:
                         )
             for name in mine:
                 claim = by_name[name]
-                claim.taken = claim.claimed = True
+                claim.taken = claim.claimed = claim.noted = True
                 claim.seen = fire_time
 
     def _settle(self, decided: Decided, locks: dict[str, Any], outcomes: list[Any]) -> None:

@@ -179,9 +179,9 @@ class Recorder:
         transaction wrote it), its task row if the claim did not say it all, then its lock's
         release; ``done`` hears of the entry's next fire time once that is written."""
         spec = run.spec
-        next_time = self.next_time(spec, run.planned if run.claimed else None)
+        next_time = self.next_time(spec, run.planned if run.noted else None)
         row_write = None
-        if needs_row_write(spec, run.claimed, run.planned, next_time):
+        if needs_row_write(spec, run.noted, run.planned, next_time):
             row_write = functools.partial(self._write_row, run, finished, next_time)
         end = None
         if run.run_id is not None and not run.recorded:
@@ -375,13 +375,13 @@ class HandOver:
 
 
 def needs_row_write(
-    spec: TaskSpec, claimed: bool, planned: datetime | None, next_time: datetime | None
+    spec: TaskSpec, noted: bool, planned: datetime | None, next_time: datetime | None
 ) -> bool:
-    """Return whether the end of a run must write its task row: a claim stored the run and
-    the planned next fire time, so only a fixed-delay task (whose next start counts from this
-    end), a run that overran its next fire time, or a run without a claim (a manual run, a
-    task with ``lock=False``) needs another write."""
-    return spec.trigger.kind == "fixed_delay" or not claimed or next_time != planned
+    """Return whether the end of a run must write its task row: its claim stored the run and
+    the planned next fire time (*noted*), so only a fixed-delay task (whose next start counts
+    from this end), a run that overran its next fire time, or a run asked for outside the
+    schedule needs another write."""
+    return spec.trigger.kind == "fixed_delay" or not noted or next_time != planned
 
 
 def _ignore(lost: bool) -> None:

@@ -43,7 +43,9 @@ class Claim:
     taken: bool = False
     #: The claim moved the row's last fire time to this firing's (a locked task's schedule).
     claimed: bool = False
-    #: The next fire time the claim wrote in the row.
+    #: The claim wrote the run and the next fire time it plans (``planned``) in the row: a
+    #: claimed fire time, or a scheduled run of a task with ``lock=False``.
+    noted: bool = False
     planned: datetime | None = None
     #: The last fire time the row holds once the run is taken (the fence of its end).
     seen: datetime | None = None
@@ -96,6 +98,7 @@ class ClaimedRun(Call):
         "handler",
         "held",
         "next_time",
+        "noted",
         "planned",
         "recorded",
         "recovery_of",
@@ -118,7 +121,8 @@ class ClaimedRun(Call):
         self.spec: TaskSpec = claim.spec
         self.fire_time = claim.fire_time
         self.run_id = claim.run_id
-        self.claimed, self.planned, self.seen = claim.claimed, claim.planned, claim.seen
+        self.claimed, self.noted = claim.claimed, claim.noted
+        self.planned, self.seen = claim.planned, claim.seen
         request = claim.decision.request if claim.decision is not None else None
         self.recovery_of = request.recover_run_id if request is not None else None
         self.handed = claim.handed
