@@ -92,6 +92,22 @@ def docs(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict", "--site-dir", str(site))
 
 
+@nox.session(python="3.13", name="package")
+def package(session: nox.Session) -> None:
+    """The release: build the sdist and the wheel, check them (twine, check-wheel-contents),
+    then install the wheel, not the checkout, in a fresh virtualenv for a smoke test."""
+    session.install("build>=1.2", "twine>=6", "check-wheel-contents>=0.6")
+    dist = Path(session.create_tmp()) / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(dist), ".")
+    built = sorted(str(path) for path in dist.iterdir())
+    session.run("twine", "check", "--strict", *built)
+    (wheel,) = [path for path in built if path.endswith(".whl")]
+    session.run("check-wheel-contents", wheel)
+    python = shutil.which(f"python{session.python}") or "python3"
+    session.run("scripts/wheel-smoke-test", wheel, python, external=True)
+
+
 def run_suite(session: nox.Session, django: str, database: str, *paths: str) -> None:
     python = suite_python(session, django)
     env = {

@@ -22,7 +22,11 @@ from .context import (
 from .schedules.triggers import MissedRuns
 from .tasks.registry import scheduled
 
+#: The version of django-scheduling, the one place it is written (pyproject.toml reads it).
+__version__ = "0.1.0"
+
 __all__ = [
+    "__version__",
     "scheduled",
     "MissedRuns",
     "cancel_requested",

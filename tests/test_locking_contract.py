@@ -830,7 +830,9 @@ class DatabaseLockProviderTests(LockProviderContract, TransactionTestCase):
     @pytest.mark.vendor("mysql", "postgresql")
     def test_lockers_waiting_on_an_uncommitted_insert_take_the_lock_once(self) -> None:
         """E14: two lockers wait on a row another transaction inserted; after its rollback one
-        takes the lock and the other gets None (on MySQL through a deadlock, a lost race)."""
+        takes the lock and the other gets None. How the second learns it (on MySQL a deadlock,
+        "a lost race", or the row the first committed) depends on timing: only the outcome is
+        the contract."""
         import threading
 
         holder = connections.create_connection("default")
@@ -868,9 +870,10 @@ class DatabaseLockProviderTests(LockProviderContract, TransactionTestCase):
                         thread.join()
         finally:
             holder.close()
-        if MYSQL:
-            self.assertIn("lost a race", "\n".join(logs.output))
         self.assertEqual(sorted(outcome is None for outcome in outcomes), [False, True])
+        # The one that did not get it says why, whichever way it learnt it.
+        said = "\n".join(logs.output)
+        self.assertTrue("lost a race" in said or "is held elsewhere" in said, said)
 
     def test_processes_contending_lose_no_update(self) -> None:
         """Four processes count to 100 under one lock, in the database."""
