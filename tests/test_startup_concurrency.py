@@ -55,16 +55,26 @@ def wait_for_other_sessions_to_end() -> None:
     if connection.vendor != "postgresql":
         return
 
-    def alone() -> bool:
-        gc.collect()
+    def others() -> list[tuple]:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity "
+                "SELECT pid, client_port, backend_start, state, left(query, 120) "
+                "FROM pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
-            return cursor.fetchone()[0] == 0
+            return cursor.fetchall()
 
-    poll(alone, timeout=DEADLINE, message="the stopped services' connections stayed open")
+    def alone() -> bool:
+        gc.collect()
+        return not others()
+
+    try:
+        poll(alone, timeout=DEADLINE)
+    except AssertionError:
+        threads = sorted(thread.name for thread in threading.enumerate())
+        raise AssertionError(
+            f"the stopped services' connections stayed open: {others()}; threads: {threads}"
+        ) from None
 
 
 @pytest.mark.vendor("postgresql", "mysql")

@@ -90,7 +90,7 @@ def record_starts(*, using: str, instance: str, started: datetime, runs: list[St
 
 
 #: The parameters of one row of ``_insert_starts``.
-_START_PARAMS = 13
+_START_PARAMS = 8
 
 
 def _insert_starts(
@@ -109,18 +109,25 @@ def _insert_starts(
         "task_name",
         "scheduled_at",
         "started_at",
-        "status",
         "instance",
         "locked_at",
         "timeout_at",
         "missed_count",
         "recovery_of",
     )
-    constants = {"error_type": "", "error_message": "", "traceback": "", "lock_lost": False}
+    # The same in every row, and fixed by this code: written in the statement, not sent as
+    # parameters (MySQLdb escapes each parameter in Python: a fifth of a claim's time there).
+    constants = {
+        "status": f"'{RunStatus.RUNNING.value}'",
+        "error_type": "''",
+        "error_message": "''",
+        "traceback": "''",
+        "lock_lost": "FALSE",
+    }
     names = [*columns, *constants]
     column_sql = ", ".join(q(column(TaskRun, name)) for name in names)
     adapt = datetime_adapter(conn)
-    row_sql = "(" + ", ".join(["%s"] * len(names)) + ")"
+    row_sql = "(" + ", ".join(["%s"] * len(columns) + list(constants.values())) + ")"
     at = adapt(started)
     adapted: dict[datetime | None, Any] = {}  # the runs of a batch mostly share their times
 
@@ -130,10 +137,9 @@ def _insert_starts(
         return adapted[value]
 
     params: list[Any] = []
-    status, extra = RunStatus.RUNNING.value, list(constants.values())
     for name, fire_time, locked_at, timeout_at, missed, recovery_of in runs:
-        params += [name, once(fire_time), at, status, instance, once(locked_at)]
-        params += [once(timeout_at), missed, recovery_of, *extra]
+        params += [name, once(fire_time), at, instance, once(locked_at)]
+        params += [once(timeout_at), missed, recovery_of]
     pk = q(column(TaskRun, "id"))
     statement = f"INSERT INTO {q(meta.db_table)} ({column_sql}) VALUES "
     statement += ", ".join([row_sql] * len(runs))
