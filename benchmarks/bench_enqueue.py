@@ -780,11 +780,9 @@ def summary(results: list[dict]) -> str:
         parts.append(
             f"**Where ours falls short:** it enqueued at most {best:,.0f} firings per second "
             "here, with one instance or three (they contend for the same fire times); "
-            "the other fire times were never enqueued. A firing that enqueues is claimed on "
-            "its own, in a transaction of its own, "
-            'not in the batched claims of in-process firings (README, "Scaling out")'
+            "the other fire times were never enqueued"
             + (
-                f": {min(cost):.0f}-{max(cost):.0f} ms of scheduler CPU per enqueue with one "
+                f"; {min(cost):.0f}-{max(cost):.0f} ms of scheduler CPU per enqueue with one "
                 "instance."
                 if cost
                 else "."

@@ -1,4 +1,4 @@
-"""Run every benchmark; each writes its figures to benchmarks/results/ (quoted by the README).
+"""Run every benchmark; each writes its figures to benchmarks/results/ (the docs quote them).
 
 python benchmarks/run_all.py [--quick]
 

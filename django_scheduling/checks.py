@@ -57,7 +57,7 @@ _TASK_IDS = {
     "engine": "E012",
 }
 _TASK_HINTS = {
-    "trigger": "Fix the options of @scheduled(...); the README lists them with examples.",
+    "trigger": "Fix the options of @scheduled(...); docs/tasks.md lists them with examples.",
     "lock": "lock_at_most_for must be positive and at least lock_at_least_for.",
     "recover": "recover=True works with locked tasks only.",
     "name": "Give the task a shorter or non-empty name='...'.",
@@ -207,7 +207,7 @@ def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error
             errors += [
                 checks.Error(
                     problem,
-                    hint="See the README's list of SCHEDULING keys and their defaults.",
+                    hint="docs/settings.md lists the SCHEDULING keys and their defaults.",
                     id="django_scheduling.E004",
                 )
                 for problem in exc.problems

@@ -8,7 +8,7 @@ adds ``duration``; ``run_failed`` adds ``exception`` and ``duration``; ``run_ski
 unavailable"``, ``"trigger changed"``, ``"error"``).
 
 ``run_enqueued`` is sent when a firing of a django.tasks or Celery task has been handed to its
-engine (after ``run_started``; see "Scaling out" in the README), and adds ``duration`` (of the
+engine (after ``run_started``; see "Scaling out" in the docs), and adds ``duration`` (of the
 enqueue), ``backend`` and ``result_id``. An enqueue that fails sends ``run_failed`` instead.
 Neither says how the task's own run on a worker went.
 

@@ -25,7 +25,7 @@ app.conf.update(
     result_serializer="json",
     accept_content=["json"],
     # Fail an enqueue at once when Redis is down, rather than after ~20 s of reconnecting to
-    # the result backend (README, "Scaling out").
+    # the result backend (docs: "Scaling out").
     result_backend_transport_options={"retry_policy": {"max_retries": 0}},
     broker_transport_options={"max_retries": 1},
 )

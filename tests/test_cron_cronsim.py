@@ -6,7 +6,7 @@ next fire times as cronsim: on the plain wall clock, and in Europe/Berlin and Am
 starts around their DST transitions. A smaller corpus checks the ``L``, ``LW``, ``dL`` and ``d#n``
 tokens, which cronsim supports with the same meaning.
 
-One difference is deliberate (see the README's "Cron expressions"): daylight-saving transitions
+One difference is deliberate (see "Cron expressions" in docs/tasks.md): daylight-saving transitions
 follow one rule for all expressions, Spring's. cronsim copies Debian cron for five-field lines
 whose minute and hour fields both do not start with ``*``: such a time skipped by a spring-forward
 gap fires right after the gap, and such a time repeated by a fall-back overlap fires only on its

@@ -190,7 +190,7 @@ class EngineProcessTests(TransactionTestCase):
 
     @only_full
     def test_a_crash_between_the_claim_and_the_publish_loses_that_fire_time(self):
-        """The README's "at most once" for brokers outside the database: a scheduler killed
+        """The guarantees' "at most once" for brokers outside the database: a scheduler killed
         while it publishes (to a broker that accepts the connection and never answers) leaves
         the run "running"; housekeeping marks it lost, and no one enqueues that fire time."""
         silent = socket.socket()

@@ -2,7 +2,7 @@
 task list and the timeline page.
 
 Each test saves a screenshot to the test artifacts; with ``SCHEDULING_DOCS_SCREENSHOTS=1`` it
-also writes the README's pictures in ``docs/``.
+also writes the docs' pictures in ``docs/``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class TrendsBrowserTests(BrowserTestCase):
         self.browser.set_window_size(LAPTOP, 900)
 
     def save(self, name: str) -> None:
-        """Save a screenshot, and the README's copy of it when asked to."""
+        """Save a screenshot, and the docs' copy of it when asked to."""
         path = self.screenshot(name)
         if os.environ.get("SCHEDULING_DOCS_SCREENSHOTS") == "1":
             shutil.copyfile(path, DOCS / f"{name}.png")

@@ -15,6 +15,8 @@ import threading
 from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 from .. import signals
 from ..conf import get_settings
 from ..models import RunStatus, TaskRun
@@ -30,11 +32,19 @@ UID = "django_scheduling.alerts"
 
 
 def install() -> None:
-    """Connect the receivers that send ``task_failing`` (and mail ``ADMINS``)."""
-    run_events.subscribe(signals.run_failed, _failed)
-    run_events.subscribe(signals.run_succeeded, _succeeded)
-    run_events.subscribe(signals.run_enqueued, _succeeded)  # an enqueue that worked
+    """Connect the observers that send ``task_failing`` (and mail ``ADMINS``); they hear the
+    runs only while ``ALERT_AFTER_FAILURES`` is set."""
+    run_events.subscribe(signals.run_failed, _failed, _on)
+    run_events.subscribe(signals.run_succeeded, _succeeded, _on)
+    run_events.subscribe(signals.run_enqueued, _succeeded, _on)  # an enqueue that worked
     run_events.subscribe(signals.task_failing, _mail_admins)
+
+
+def _on() -> bool:
+    try:
+        return get_settings().alert_after_failures is not None
+    except ImproperlyConfigured:
+        return False  # the system checks report it
 
 
 def failures_in_a_row(name: str, *, before: int | None, limit: int, using: str) -> int:

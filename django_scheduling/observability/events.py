@@ -21,11 +21,17 @@ from typing import Any
 
 from django.dispatch import Signal
 
-__all__ = ["RunEvents", "run_events"]
+__all__ = ["Active", "RunEvents", "run_events"]
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[..., object]
+#: Whether an observer wants events now (its setting is on); asked for each event published.
+Active = Callable[[], bool]
+
+
+def _always() -> bool:
+    return True
 
 
 class RunEvents:
@@ -33,7 +39,7 @@ class RunEvents:
 
     def __init__(self, name: str = "scheduling-events") -> None:
         self.name = name
-        self._observers: dict[Signal, list[Handler]] = {}
+        self._observers: dict[Signal, list[tuple[Handler, Active]]] = {}
         self._queue: deque[tuple[Signal, str, dict[str, Any]]] = deque()
         self._cond = threading.Condition()
         self._busy = False
@@ -45,25 +51,28 @@ class RunEvents:
         self._thread, self._busy = None, False
         self._cond = threading.Condition()
 
-    def subscribe(self, signal: Signal, handler: Handler) -> None:
+    def subscribe(self, signal: Signal, handler: Handler, active: Active = _always) -> None:
         """Deliver *signal*'s events to *handler* (called as a receiver is: ``handler(sender,
-        **kwargs)``), before the signal's receivers; subscribing it again changes nothing."""
+        **kwargs)``), before the signal's receivers, while *active()* says so (an observer
+        whose setting is off costs the firing path nothing); subscribing it again changes
+        nothing."""
         with self._cond:
             handlers = self._observers.setdefault(signal, [])
-            if handler not in handlers:
-                handlers.append(handler)
+            if all(known is not handler for known, _ in handlers):
+                handlers.append((handler, active))
 
     def unsubscribe(self, signal: Signal, handler: Handler) -> None:
         with self._cond:
             handlers = self._observers.get(signal, [])
-            if handler in handlers:
-                handlers.remove(handler)
+            handlers[:] = [(known, active) for known, active in handlers if known is not handler]
 
     def publish(self, signal: Signal, sender: str, **kwargs: Any) -> None:
         """Queue an event of *signal* from *sender*; never waits on an observer. An event that
         no observer and no receiver would hear is not queued (a signal's receivers are only
         read here, never called)."""
-        if not self._observers.get(signal) and not signal.receivers:
+        if not signal.receivers and not any(
+            active() for _, active in self._observers.get(signal, ())
+        ):
             return
         with self._cond:
             was_empty = not self._queue
@@ -101,7 +110,10 @@ class RunEvents:
                 # Every event waiting, in one hold of the lock: a burst publishes thousands.
                 events, self._queue = self._queue, deque()
                 self._busy = True
-                observers = {signal: list(handlers) for signal, handlers in self._observers.items()}
+                observers = {
+                    signal: [handler for handler, active in handlers if active()]
+                    for signal, handlers in self._observers.items()
+                }
             for signal, sender, kwargs in events:
                 self._deliver(observers.get(signal, []), signal, sender, kwargs)
             del events  # not kept while the thread waits

@@ -16,6 +16,7 @@ import uuid
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from .. import signals
@@ -44,11 +45,18 @@ _open_lock = threading.Lock()
 def install() -> None:
     """Connect the receivers that send the check-ins; they do nothing unless
     ``SCHEDULING['SENTRY_CRONS']`` is on."""
-    run_events.subscribe(signals.run_started, _started)
-    run_events.subscribe(signals.run_succeeded, _succeeded)
-    run_events.subscribe(signals.run_failed, _failed)
+    run_events.subscribe(signals.run_started, _started, _on)
+    run_events.subscribe(signals.run_succeeded, _succeeded, _on)
+    run_events.subscribe(signals.run_failed, _failed, _on)
     # An engine task's check-in says that its firing was enqueued on time.
-    run_events.subscribe(signals.run_enqueued, _succeeded)
+    run_events.subscribe(signals.run_enqueued, _succeeded, _on)
+
+
+def _on() -> bool:
+    try:
+        return get_settings().sentry_crons
+    except ImproperlyConfigured:
+        return False  # the system checks report it
 
 
 def monitor_slug(name: str) -> str:
