@@ -7,6 +7,8 @@ from __future__ import annotations
 import gc
 import threading
 
+import pytest
+from django.db import connections
 from django.test import SimpleTestCase
 
 from django_scheduling import signals
@@ -94,6 +96,8 @@ class RunSignalTests(SimpleTestCase):
 class RunEventsTests(SimpleTestCase):
     """The fan-out of run events: observers and receivers that fail hurt nothing else."""
 
+    databases = {"default"}  # one test's observer queries, on the events thread
+
     def setUp(self) -> None:
         self.events = RunEvents(name="test-events")
         self.signal = _RunSignal()
@@ -150,6 +154,29 @@ class RunEventsTests(SimpleTestCase):
         self.assertTrue(self.events.drain(10))
         # SystemExit stopped the receivers after it for that event, not the thread.
         self.assertIn(3, self.seen)
+
+    @pytest.mark.vendor("postgresql", "mysql")  # Django never closes an in-memory SQLite one
+    def test_the_thread_lets_its_database_connection_go_after_a_delivery(self):
+        # It lives as long as the process: a connection an observer opened must not stay open
+        # with it (CONN_MAX_AGE is 0 in the tests, as by default).
+        seen = []
+
+        def queries(sender, **kwargs):
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT 1")
+            seen.append(connections["default"].connection is not None)
+
+        def looks(sender, **kwargs):
+            seen.append(connections["default"].connection is not None)
+
+        self.events.subscribe(self.signal, queries)
+        self.events.publish(self.signal, "task")
+        self.assertTrue(self.events.drain(10))
+        self.events.unsubscribe(self.signal, queries)
+        self.events.subscribe(self.signal, looks)
+        self.events.publish(self.signal, "task")
+        self.assertTrue(self.events.drain(10))
+        self.assertEqual(seen, [True, False])
 
     def test_an_event_nobody_hears_is_not_queued(self):
         self.events.publish(self.signal, "task")

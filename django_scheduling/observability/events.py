@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from django.db import close_old_connections
 from django.dispatch import Signal
 
 __all__ = ["Active", "RunEvents", "run_events"]
@@ -117,6 +118,13 @@ class RunEvents:
             for signal, sender, kwargs in events:
                 self._deliver(observers.get(signal, []), signal, sender, kwargs)
             del events  # not kept while the thread waits
+            # An observer or a receiver may have used the database (the failure alerts count
+            # the failures in a row): this thread lives as long as the process, so it lets its
+            # connections go as a request does, by CONN_MAX_AGE.
+            try:
+                close_old_connections()
+            except Exception:
+                logger.exception("Closing the %s thread's database connections failed", self.name)
 
     def _deliver(
         self, handlers: list[Handler], signal: Signal, sender: str, kwargs: dict[str, Any]
