@@ -20,6 +20,7 @@ from django.db import DatabaseError, connections, transaction
 
 from ..clock import utcnow
 from ..storage.errors import CONFLICT, POSTGRES_LOCK_TIMEOUT, error_code
+from ..storage.sql import arrays
 from .base import Lock, LockConfiguration
 from .statements import LockSql
 
@@ -124,13 +125,10 @@ def _lock_in_order(provider: DatabaseLockProvider, sql: LockSql, names: list[str
     statements together (see ``LockSql.in_name_order``)."""
     if not sql.joined or sql.vendor == "sqlite":
         return  # one statement per transaction; SQLite locks the whole database
-    placeholders = ", ".join(["%s"] * len(names))
-    statement = (
-        f"SELECT {sql.name} FROM {sql.table} WHERE {sql.name} IN ({placeholders}) "
-        f"ORDER BY {sql.name} FOR UPDATE"
-    )
+    among, params = sql.among(sorted(names))
+    statement = f"SELECT {sql.name} FROM {sql.table} WHERE {among} ORDER BY {sql.name} FOR UPDATE"
     with sql.conn.cursor() as cursor:
-        cursor.execute(statement, sorted(names))
+        cursor.execute(statement, params)
 
 
 def _insert_many(
@@ -140,16 +138,24 @@ def _insert_many(
     owner: str,
     now: datetime,
 ) -> set[str]:
-    ignore = {"mysql": "INSERT IGNORE", "sqlite": "INSERT OR IGNORE"}.get(sql.vendor, "INSERT")
-    conflict = " ON CONFLICT DO NOTHING" if sql.vendor == "postgresql" else ""
-    rows = ", ".join(["(%s, %s, %s, %s)"] * len(configs))
-    params: list[Any] = []
-    for config in configs:
-        params += [config.name, sql.value(now + config.lock_at_most_for), sql.value(now), owner]
-    statement = (
-        f"{ignore} INTO {sql.table} ({sql.name}, {sql.until}, {sql.at}, {sql.by}) "
-        f"VALUES {rows}{conflict}"
-    )
+    columns = f"{sql.table} ({sql.name}, {sql.until}, {sql.at}, {sql.by})"
+    params: list[Any]
+    if sql.vendor == "postgresql":  # one array per column (see sql.any_of)
+        rows = arrays(["text", "timestamptz"], ["name", "until"])
+        statement = (
+            f"INSERT INTO {columns} SELECT v.name, v.until, %s::timestamptz, %s FROM {rows} "
+            "ON CONFLICT DO NOTHING"
+        )
+        untils = [now + config.lock_at_most_for for config in configs]
+        params = [sql.value(now), owner, [config.name for config in configs], untils]
+    else:
+        ignore = "INSERT IGNORE" if sql.vendor == "mysql" else "INSERT OR IGNORE"
+        rows = ", ".join(["(%s, %s, %s, %s)"] * len(configs))
+        params = []
+        for config in configs:
+            params += [config.name, sql.value(now + config.lock_at_most_for), sql.value(now)]
+            params.append(owner)
+        statement = f"{ignore} INTO {columns} VALUES {rows}"
     count = provider._execute(sql, statement, params)
     names = [config.name for config in configs]
     if count == len(names):
@@ -161,13 +167,12 @@ def _mine(
     provider: DatabaseLockProvider, sql: LockSql, names: list[str], owner: str, at: Any
 ) -> set[str]:
     """Return which of *names* this owner locked at *at*."""
-    placeholders = ", ".join(["%s"] * len(names))
+    among, params = sql.among(names)
     statement = (
-        f"SELECT {sql.name} FROM {sql.table} WHERE {sql.name} IN ({placeholders}) "
-        f"AND {sql.by} = %s AND {sql.at} = %s"
+        f"SELECT {sql.name} FROM {sql.table} WHERE {among} AND {sql.by} = %s AND {sql.at} = %s"
     )
     with sql.conn.cursor() as cursor:
-        cursor.execute(statement, [*names, owner, at])
+        cursor.execute(statement, [*params, owner, at])
         return {row[0] for row in cursor.fetchall()}
 
 

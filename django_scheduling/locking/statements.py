@@ -12,7 +12,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..clock import utcnow
 from ..models import TaskLock
-from ..storage.sql import column, datetime_adapter
+from ..storage.sql import any_of, column, datetime_adapter
 
 __all__ = ["LockSql", "strict"]
 
@@ -69,17 +69,21 @@ class LockSql:
         wait for each other instead of deadlocking: PostgreSQL detects a deadlock only after
         ``deadlock_timeout`` (1 s), and a firing would be that late.
         """
-        placeholders = ", ".join(["%s"] * len(names))
+        among, among_params = self.among(names)
         if self.vendor == "postgresql":
             where = (
-                f"WHERE {self.name} IN (SELECT {self.name} FROM {self.table} WHERE {self.name} "
-                f"IN ({placeholders}) AND {condition} ORDER BY {self.name} FOR UPDATE)"
+                f"WHERE {self.name} IN (SELECT {self.name} FROM {self.table} WHERE {among} "
+                f"AND {condition} ORDER BY {self.name} FOR UPDATE)"
             )
-            return where, [*names, *params]
-        where = f"WHERE {self.name} IN ({placeholders}) AND {condition}"
+            return where, [*among_params, *params]
+        where = f"WHERE {among} AND {condition}"
         if self.vendor == "mysql":
             where += f" ORDER BY {self.name}"
-        return where, [*names, *params]
+        return where, [*among_params, *params]
+
+    def among(self, names: list[str]) -> tuple[str, list[Any]]:
+        """Return the condition "the lock's name is one of *names*" (see ``sql.any_of``)."""
+        return any_of(self.conn, self.name, names)
 
     def later_of_now_and(self, moment: datetime) -> tuple[str, list[Any]]:
         if self.vendor == "postgresql":

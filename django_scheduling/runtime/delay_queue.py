@@ -122,8 +122,12 @@ class DelayQueue:
             slot.append(entry)
         bursts = self.state.bursts
         count = bursts[at] = bursts.get(at, 0) + 1
-        if at == self.state.taken_ahead and count == 1:
-            self.cond.notify()  # late for a burst taken ahead: claimed ahead too
+        if at == self.state.taken_ahead and count % BATCH_SIZE == 0:
+            # Late for a burst taken ahead (the runs of tasks due every second end while the
+            # next second's burst is claimed): claimed ahead too, a whole batch at a time. The
+            # rest goes at the burst's instant. Woken for each one, the dispatcher would hand
+            # over batches of one or two, each a transaction of its own.
+            self.cond.notify()
         elif count > BATCH_SIZE and count % BATCH_SIZE == 1 and self.state.heap[0][0] == at:
             self.cond.notify()  # the next burst grew: it may be claimed earlier
 

@@ -14,7 +14,14 @@ from typing import Any
 
 from django.utils import timezone
 
-__all__ = ["datetime_adapter", "datetime_reader", "duration_adapter", "column"]
+__all__ = [
+    "any_of",
+    "arrays",
+    "column",
+    "datetime_adapter",
+    "datetime_reader",
+    "duration_adapter",
+]
 
 
 def _holds_utc(conn: Any) -> bool:
@@ -78,6 +85,26 @@ def duration_adapter(conn: Any) -> Callable[[timedelta], Any]:
     if conn.vendor == "postgresql":
         return lambda value: value
     return lambda value: value // timedelta(microseconds=1)
+
+
+def any_of(conn: Any, expression: str, values: list[Any]) -> tuple[str, list[Any]]:
+    """Return the SQL and parameters of "*expression* is one of *values*" (not empty).
+
+    On PostgreSQL one array parameter, ``= ANY(%s)``: the statement's text is the same
+    whatever the batch's size, so psycopg converts it once and caches it, where a placeholder
+    per value made it parse a new text for each batch (in a profile of 10,000 firings a
+    second, the largest cost of the scheduler's own processes). Elsewhere, ``IN (%s, ...)``.
+    """
+    if conn.vendor == "postgresql":
+        return f"{expression} = ANY(%s)", [list(values)]
+    return f"{expression} IN ({', '.join(['%s'] * len(values))})", list(values)
+
+
+def arrays(types: list[str], names: list[str]) -> str:
+    """Return PostgreSQL's ``unnest(%s::type[], ...) AS v(name, ...)``: the rows of a batch
+    as one array parameter per column (see ``any_of``)."""
+    columns = ", ".join(f"%s::{kind}[]" for kind in types)
+    return f"unnest({columns}) AS v({', '.join(names)})"
 
 
 def column(model: Any, field: str) -> str:

@@ -20,7 +20,7 @@ from django.db.models import Q
 from ..models import ScheduledTask, TaskLock, TaskRun
 from ..schedules.decisions import TaskRow
 from ..schedules.triggers import Trigger, TriggerState
-from .sql import column, datetime_adapter, datetime_reader
+from .sql import any_of, arrays, column, datetime_adapter, datetime_reader
 
 __all__ = [
     "TaskRow",
@@ -390,10 +390,10 @@ def read_rows(names: list[str], *, using: str) -> Rows:
         f"{qualified(task, 'recover_run', 't')} "
         f"LEFT JOIN {q(lock.db_table)} l "
         f"ON {qualified(lock, 'name', 'l')} = {qualified(task, 'name', 't')} "
-        f"WHERE {qualified(task, 'name', 't')} IN ({', '.join(['%s'] * len(names))})"
     )
+    among, params = any_of(conn, qualified(task, "name", "t"), names)
     with conn.cursor() as cursor:
-        cursor.execute(statement, names)
+        cursor.execute(f"{statement}WHERE {among}", params)
         found = cursor.fetchall()
     read = datetime_reader(conn)
     # The tasks of a burst mostly share their times: each distinct value is converted once,
@@ -469,21 +469,30 @@ def claim_many(
     next_column = q(column(ScheduledTask, "next_fire_time"))
     adapt = datetime_adapter(conn)
     value = adapt(fire_time)
-    cast = "::timestamptz" if conn.vendor == "postgresql" else ""
-    big = "::bigint" if conn.vendor == "postgresql" else ""
     name = columns["name"]
     names = [claim[0] for claim in claims]
-    run_sql, run_params = _per_row(name, names, [c[2] for c in claims], big)
-    next_sql, next_params = _per_row(name, names, [adapt(c[3]) for c in claims], cast)
-    trigger_sql, trigger_params = _per_row(name, names, [c[1] for c in claims], "")
-    statement = (
-        f"UPDATE {q(meta.db_table)} SET {columns['last_fire_time']} = %s, "
-        f"{run_column} = {run_sql}, {next_column} = {next_sql} "
-        f"WHERE {name} IN ({', '.join(['%s'] * len(claims))}) "
-        f"AND {columns['trigger']} = {trigger_sql} "
-        f"AND ({columns['last_fire_time']} IS NULL OR {columns['last_fire_time']} < %s)"
-    )
-    params: list[Any] = [value, *run_params, *next_params, *names, *trigger_params, value]
+    if conn.vendor == "postgresql":  # one array per column (see sql.any_of)
+        rows = arrays(["text", "text", "bigint", "timestamptz"], ["name", "trigger", "run", "next"])
+        statement = (
+            f"UPDATE {q(meta.db_table)} t SET {columns['last_fire_time']} = %s, "
+            f"{run_column} = v.run, {next_column} = v.next FROM {rows} "
+            f"WHERE t.{name} = v.name AND t.{columns['trigger']} = v.trigger "
+            f"AND (t.{columns['last_fire_time']} IS NULL OR t.{columns['last_fire_time']} < %s)"
+        )
+        params: list[Any] = [value, names, [c[1] for c in claims], [c[2] for c in claims]]
+        params += [[c[3] for c in claims], value]
+    else:
+        run_sql, run_params = _per_row(name, names, [c[2] for c in claims], "")
+        next_sql, next_params = _per_row(name, names, [adapt(c[3]) for c in claims], "")
+        trigger_sql, trigger_params = _per_row(name, names, [c[1] for c in claims], "")
+        statement = (
+            f"UPDATE {q(meta.db_table)} SET {columns['last_fire_time']} = %s, "
+            f"{run_column} = {run_sql}, {next_column} = {next_sql} "
+            f"WHERE {name} IN ({', '.join(['%s'] * len(claims))}) "
+            f"AND {columns['trigger']} = {trigger_sql} "
+            f"AND ({columns['last_fire_time']} IS NULL OR {columns['last_fire_time']} < %s)"
+        )
+        params = [value, *run_params, *next_params, *names, *trigger_params, value]
     with conn.cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.rowcount
@@ -498,20 +507,29 @@ def note_runs(runs: list[tuple[str, int | None, datetime | None]], *, using: str
     conn = connections[using]
     q = conn.ops.quote_name
     adapt = datetime_adapter(conn)
-    cast = "::timestamptz" if conn.vendor == "postgresql" else ""
-    big = "::bigint" if conn.vendor == "postgresql" else ""
     name = q(column(ScheduledTask, "name"))
     names = [run[0] for run in runs]
-    run_sql, run_params = _per_row(name, names, [run[1] for run in runs], big)
-    next_sql, next_params = _per_row(name, names, [adapt(run[2]) for run in runs], cast)
-    statement = (
-        f"UPDATE {q(ScheduledTask._meta.db_table)} "
-        f"SET {q(column(ScheduledTask, 'last_run'))} = {run_sql}, "
-        f"{q(column(ScheduledTask, 'next_fire_time'))} = {next_sql} "
-        f"WHERE {name} IN ({', '.join(['%s'] * len(runs))})"
-    )
+    run_column = q(column(ScheduledTask, "last_run"))
+    next_column = q(column(ScheduledTask, "next_fire_time"))
+    if conn.vendor == "postgresql":  # one array per column (see sql.any_of)
+        statement = (
+            f"UPDATE {q(ScheduledTask._meta.db_table)} t "
+            f"SET {run_column} = v.run, {next_column} = v.next "
+            f"FROM {arrays(['text', 'bigint', 'timestamptz'], ['name', 'run', 'next'])} "
+            f"WHERE t.{name} = v.name"
+        )
+        params: list[Any] = [names, [run[1] for run in runs], [run[2] for run in runs]]
+    else:
+        run_sql, run_params = _per_row(name, names, [run[1] for run in runs], "")
+        next_sql, next_params = _per_row(name, names, [adapt(run[2]) for run in runs], "")
+        statement = (
+            f"UPDATE {q(ScheduledTask._meta.db_table)} "
+            f"SET {run_column} = {run_sql}, {next_column} = {next_sql} "
+            f"WHERE {name} IN ({', '.join(['%s'] * len(runs))})"
+        )
+        params = [*run_params, *next_params, *names]
     with conn.cursor() as cursor:
-        cursor.execute(statement, [*run_params, *next_params, *names])
+        cursor.execute(statement, params)
 
 
 def claimable(
