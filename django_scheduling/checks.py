@@ -55,6 +55,7 @@ _TASK_IDS = {
     "option": "E011",
     "limits": "E011",
     "engine": "E012",
+    "entry": "E013",
 }
 _TASK_HINTS = {
     "trigger": "Fix the options of @scheduled(...); docs/tasks.md lists them with examples.",
@@ -69,6 +70,9 @@ _TASK_HINTS = {
     "retry_backoff= and retry_backoff_max= as durations.",
     "engine": "An enqueued task runs on the engine's workers: set such limits and retries on "
     "the engine's task.",
+    "entry": "Each entry of SCHEDULING['SCHEDULE'] names one target, 'task' (a dotted path) or "
+    "'command' (a management command), with the options of @scheduled; docs/tasks.md shows "
+    "examples.",
 }
 
 

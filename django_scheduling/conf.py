@@ -11,7 +11,7 @@ import importlib.util
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -54,6 +54,7 @@ DEFAULTS: dict[str, Any] = {
     "SENTRY_CRONS": False,
     "METRICS": False,
     "TIMEOUT": None,
+    "SCHEDULE": {},
 }
 
 REJECTION_POLICIES = ("abort", "caller_runs", "discard", "discard_oldest")
@@ -90,6 +91,9 @@ class SchedulingSettings:
     metrics: bool = False
     #: The default ``timeout=`` of tasks; None: no timeout.
     timeout: timedelta | None = None
+    #: Tasks declared in settings, by name: each entry's ``task`` or ``command`` and the
+    #: options of ``@scheduled`` (``tasks/configured.py`` reads the entries).
+    schedule: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
 
     @classmethod
     def from_dict(cls, raw: Any) -> SchedulingSettings:
@@ -172,6 +176,7 @@ class SchedulingSettings:
             "sentry_crons": reader.boolean("SENTRY_CRONS"),
             "metrics": reader.boolean("METRICS"),
             "timeout": reader.optional_duration("TIMEOUT"),
+            "schedule": reader.schedule("SCHEDULE"),
         }
         if problems:
             raise InvalidSettings(problems)
@@ -248,6 +253,25 @@ class _Reader:
         value = self.text(key)
         if value is None:
             self.problems[-1] += ", or None"
+        return value
+
+    def schedule(self, key: str) -> Mapping[str, Mapping[str, Any]] | None:
+        """A dict of entries by task name, each a dict; what an entry holds is checked with
+        the tasks, where a mistake names the entry."""
+        value = self.values[key]
+        if not isinstance(value, Mapping):
+            self.problems.append(
+                f"SCHEDULING[{key!r}] must be a dict of task names to entries, got {value!r}"
+            )
+            return None
+        wrong = [name for name, entry in value.items() if not isinstance(name, str) or not name]
+        wrong += [name for name, entry in value.items() if not isinstance(entry, Mapping)]
+        if wrong:
+            self.problems.append(
+                f"SCHEDULING[{key!r}][{wrong[0]!r}] must be a non-empty name with a dict as its "
+                "entry, e.g. {'command': 'clearsessions', 'cron': '0 0 4 * * *'}"
+            )
+            return None
         return value
 
     def text(self, key: str) -> str | None:

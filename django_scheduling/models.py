@@ -137,6 +137,15 @@ class TaskRun(models.Model):
     error_type = models.CharField(_("error type"), max_length=255, blank=True)
     error_message = models.TextField(_("error message"), blank=True)
     traceback = models.TextField(_("traceback"), blank=True)
+    output = models.TextField(
+        _("output"),
+        blank=True,
+        default="",
+        help_text=_(
+            "What a management command wrote to its stdout and stderr: the last 10 KB. Empty "
+            "for other tasks."
+        ),
+    )
     lock_lost = models.BooleanField(
         _("lock lost"),
         default=False,

@@ -490,6 +490,16 @@ class LockLostAndRecoveryTests(AdminTestCase):
         page = self.client.get(reverse("admin:django_scheduling_taskrun_change", args=[stale.pk]))
         self.assertContains(page, "lock lost")
 
+    def test_a_commands_output_is_shown_escaped_on_its_runs_page(self):
+        run = make_run("sessions.clear", self.now, output="<b>42 sessions</b> removed\n")
+        quiet = make_run("job", self.now - timedelta(minutes=1))
+        page = self.client.get(reverse("admin:django_scheduling_taskrun_change", args=[run.pk]))
+        self.assertContains(
+            page, '<pre class="ds-output">&lt;b&gt;42 sessions&lt;/b&gt; removed\n</pre>'
+        )
+        page = self.client.get(reverse("admin:django_scheduling_taskrun_change", args=[quiet.pk]))
+        self.assertNotContains(page, "ds-output")
+
     def test_a_recovery_links_the_lost_run(self):
         lost = make_run("job", self.now - timedelta(minutes=1), status=RunStatus.LOST)
         recovery = make_run("job", self.now, recovery_of=lost)

@@ -357,6 +357,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
         "enqueued_on",
         "error_type",
         "error_message",
+        "output_text",
         "traceback_text",
     )
     readonly_fields = fields  # the history is never edited
@@ -460,6 +461,13 @@ class TaskRunAdmin(ReadOnlyAdmin):
     @admin.display(description=_("error"))
     def error(self, run: TaskRun) -> str:
         return format_run_error(run)
+
+    @admin.display(description=_("output"))
+    def output_text(self, run: TaskRun) -> str:
+        """A management command's output (escaped: it is the command's text)."""
+        if not run.output:
+            return "-"
+        return format_html('<pre class="ds-output">{}</pre>', run.output)
 
     @admin.display(description=_("traceback"))
     def traceback_text(self, run: TaskRun) -> str:

@@ -109,6 +109,7 @@ _START_CONSTANTS = {
     "error_type": "''",
     "error_message": "''",
     "traceback": "''",
+    "output": "''",
     "lock_lost": "FALSE",
 }
 #: The parameters of one row of ``_insert_starts``.
@@ -208,14 +209,16 @@ class Ended:
     #: An enqueued run: the engine's backend and the id of its result.
     backend: str = ""
     result_id: str = ""
+    #: What a management command wrote (``tasks.commands``).
+    output: str = ""
 
 
 def record_ends(*, using: str, ends: list[Ended]) -> None:
-    """Record how the runs *ends* ended: those without an error (successes, enqueues) in one
-    statement per status and backend and batch, the others one by one."""
+    """Record how the runs *ends* ended: those without an error or output (successes,
+    enqueues) in one statement per status and backend and batch, the others one by one."""
     plain: dict[tuple[str, str], list[Ended]] = {}
     for end in ends:
-        if any(end.error):
+        if any(end.error) or end.output:
             record_end(
                 using=using,
                 run_id=end.run_id,
@@ -225,6 +228,7 @@ def record_ends(*, using: str, ends: list[Ended]) -> None:
                 error=end.error,
                 backend=end.backend,
                 result_id=end.result_id,
+                output=end.output,
             )
         else:
             plain.setdefault((str(end.status), end.backend), []).append(end)
@@ -313,9 +317,11 @@ def record_end(
     lock_lost: bool = False,
     backend: str = "",
     result_id: str = "",
+    output: str = "",
 ) -> None:
     """Record how a run ended; *error* is (exception type, message, traceback). An enqueued
-    run names the engine's *backend* and the *result_id* it gave.
+    run names the engine's *backend* and the *result_id* it gave; a management command's run
+    keeps its *output*.
 
     A run that housekeeping marked lost while it was in fact still running (its process was
     frozen, or cut off from the database) gets its real outcome here.
@@ -328,6 +334,8 @@ def record_end(
         "error_message": error[1],
         "traceback": error[2],
     }
+    if output:
+        changes["output"] = output
     if backend:
         changes["backend"] = backend[:100]
         changes["result_id"] = result_id[:255]

@@ -41,6 +41,9 @@ class TaskOptions:
     #: The wait before the first retry, doubled for each next one, up to ``retry_backoff_max``.
     retry_backoff: timedelta = timedelta(seconds=1)
     retry_backoff_max: timedelta = timedelta(minutes=10)
+    #: Where a task not declared by ``@scheduled`` on its function was declared (an entry of
+    #: ``SCHEDULING["SCHEDULE"]``); None: the function's dotted path says it.
+    declared_in: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +125,7 @@ class TaskDefinition:
 
     @property
     def origin(self) -> str:
-        return origin_of(self.func, self.engine)
+        return self.options.declared_in or origin_of(self.func, self.engine)
 
     def trigger(
         self, default_zone: tzinfo, misfire_threshold: timedelta = DEFAULT_MISFIRE_THRESHOLD

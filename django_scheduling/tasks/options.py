@@ -86,9 +86,13 @@ def unknown_option(key: str) -> str:
     return f"the options are {', '.join(name + '=' for name in OPTIONS)}"
 
 
-def declared(func: Any, given: Mapping[str, Any]) -> TaskDefinition:
+def declared(
+    func: Any, given: Mapping[str, Any], *, declared_in: str | None = None
+) -> TaskDefinition:
     """Return the definition that ``@scheduled(**given)`` on *func* declares; a mistake in
-    *given* makes a definition that carries its error, never an exception."""
+    *given* makes a definition that carries its error, never an exception. *declared_in*
+    names where the options were given when not by ``@scheduled`` on *func* (an entry of
+    ``SCHEDULING["SCHEDULE"]``)."""
     engine = engines.engine_of(func)
     unknown = [key for key in given if key not in OPTIONS]
     options = {**OPTIONS, **{key: value for key, value in given.items() if key in OPTIONS}}
@@ -116,7 +120,8 @@ def declared(func: Any, given: Mapping[str, Any]) -> TaskDefinition:
             key = unknown[0]
             raise _Invalid(
                 "option",
-                f"@scheduled() got an unknown option {key}={given[key]!r}; {unknown_option(key)}",
+                f"{'the entry has' if declared_in else '@scheduled() got'} an unknown option "
+                f"{key}={given[key]!r}; {unknown_option(key)}",
             )
         if engine is None and not callable(func):
             raise _Invalid("function", f"{func!r} is not callable")
@@ -181,6 +186,7 @@ def declared(func: Any, given: Mapping[str, Any]) -> TaskDefinition:
             error=exc.message,
             error_field=exc.field,
             engine=engine,
+            declared_in=declared_in,
         )
     return _defined(
         task_name,
@@ -191,6 +197,7 @@ def declared(func: Any, given: Mapping[str, Any]) -> TaskDefinition:
         lock_at_least_for=least_td,
         recover=recover,
         jitter=jitter_td,
+        declared_in=declared_in,
         **calls,
     )
 
@@ -253,10 +260,13 @@ def _limits(
     }
 
 
-def invalid(func: Any, name: str, error: str) -> TaskDefinition:
+def invalid(
+    func: Any, name: str, error: str, *, field: str = "option", declared_in: str | None = None
+) -> TaskDefinition:
     """Return the definition of a task whose declaration is wrong beyond its options (a bare
-    ``@scheduled``, a positional argument): it carries *error*, for the checks to report."""
-    return _defined(name, func, {}, error=error, error_field="option")
+    ``@scheduled``, a positional argument, an entry of settings without a target): it carries
+    *error*, for the checks to report."""
+    return _defined(name, func, {}, error=error, error_field=field, declared_in=declared_in)
 
 
 def _defined(

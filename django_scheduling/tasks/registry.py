@@ -17,6 +17,7 @@ from ..conf import NAME_LENGTH
 from ..schedules.durations import DurationLike
 from ..schedules.triggers import MissedRuns
 from . import engines
+from .configured import configured
 from .definition import TaskDefinition, origin_of
 from .options import declared, invalid
 
@@ -47,6 +48,12 @@ class TaskRegistry:
                 f"@scheduled() could not read its options: {type(exc).__name__}: {exc}",
             )
         return self._keep(definition)
+
+    def add_configured(self, schedule: Mapping[str, Mapping[str, Any]]) -> None:
+        """Record the tasks of *schedule*, ``SCHEDULING["SCHEDULE"]``; never raises (see
+        ``configured``)."""
+        for name, entry in schedule.items():
+            self._keep(configured(name, entry))
 
     def _keep(self, definition: TaskDefinition) -> TaskDefinition:
         existing = self._tasks.get(definition.name)
@@ -183,7 +190,8 @@ def _origin_or_repr(func: Any) -> str:
 
 
 def autodiscover() -> None:
-    """Import the task module (``SCHEDULING['TASK_MODULE']``) of every installed app."""
+    """Import the task module (``SCHEDULING['TASK_MODULE']``) of every installed app, then
+    record the tasks of ``SCHEDULING['SCHEDULE']``."""
     from django.conf import settings
     from django.core.exceptions import ImproperlyConfigured
     from django.utils.module_loading import autodiscover_modules
@@ -191,10 +199,14 @@ def autodiscover() -> None:
     from ..conf import DEFAULTS, get_settings
 
     try:
-        module = get_settings().task_module
+        conf = get_settings()
     except ImproperlyConfigured:
-        # The system checks report the setting; discover with what can be read of it.
+        # The system checks report the setting; discover with what can be read of it, and
+        # declare none of its schedule (the scheduler does not start meanwhile).
         raw = getattr(settings, "SCHEDULING", None)
         given = raw.get("TASK_MODULE") if isinstance(raw, Mapping) else None
         module = given if isinstance(given, str) and given else DEFAULTS["TASK_MODULE"]
-    autodiscover_modules(module)
+        autodiscover_modules(module)
+        return
+    autodiscover_modules(conf.task_module)
+    registry.add_configured(conf.schedule)

@@ -22,6 +22,12 @@ def record(name, seconds=0.0, *, stop_early=True):
     Execution.objects.filter(pk=execution.pk).update(finished=timezone.now())
 
 
+def reports_with_arguments(*, full=False):
+    """A plain function that a test names in SCHEDULING["SCHEDULE"]; what it returns is not
+    kept (only a management command's output is)."""
+    return f"report, full={full}"
+
+
 if os.environ.get("TESTAPP_TASKS"):
     SLOW = float(os.environ.get("TESTAPP_SLOW_SECONDS", "5"))
 

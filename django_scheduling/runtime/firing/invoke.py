@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import close_old_connections
 
@@ -28,6 +29,7 @@ from ...models import RunStatus
 from ...observability.events import run_events
 from ...schedules.decisions import retry_delay
 from ...schedules.durations import format_duration
+from ...tasks.commands import CommandFailed, CommandOutput
 from ...tasks.definition import TaskDefinition
 from ..keepalive import KeptAliveLock
 from .contention import LOCKED_REPORT_AFTER, when
@@ -64,6 +66,8 @@ class _Ended:
     duration: timedelta
     exc: BaseException | None
     finished: datetime
+    #: What a management command wrote (see ``tasks.commands``); other tasks keep none.
+    output: str = ""
 
 
 class Underway:
@@ -133,6 +137,7 @@ class Invoker(HandOver):
             started=started,
             finished=ended.finished,
             error=ended.error,
+            output=ended.output,
         )
 
     def _attempts(
@@ -172,7 +177,7 @@ class Invoker(HandOver):
                 definition.retries,
             )
             self.recorder.record_attempt_end(
-                run, ended.status, started, ended.finished, ended.error
+                run, ended.status, started, ended.finished, ended.error, ended.output
             )
             run.duration = ended.duration
             self.recorder.signal_end(run, ended.exc)
@@ -225,13 +230,18 @@ class Invoker(HandOver):
         begun = time.perf_counter()
         failure: BaseException | None = None
         failed_traceback = ""
+        output = ""
         try:
             # In a copy of this thread's context: what the task sets in context variables
             # (Django's active translation and time zone among them) ends with its run.
-            contextvars.copy_context().run(_invoke, definition, fire_time, deadline)
+            result = contextvars.copy_context().run(_invoke, definition, fire_time, deadline)
+            if isinstance(result, CommandOutput):
+                output = result
         except (Exception, SystemExit) as exc:  # sys.exit() in a task fails that run only
             failure = exc
             failed_traceback = traceback.format_exc()
+            if isinstance(exc, CommandFailed):
+                output = exc.output
         duration = timedelta(seconds=time.perf_counter() - begun)
         if failure is not None:
             # A failed task may leave its connection unusable; the run is still recorded.
@@ -240,7 +250,7 @@ class Invoker(HandOver):
             timed_out = RunTimedOut(spec.name, duration, spec.timeout, failure)
             logger.error("%s", timed_out)
             error = (_qualified(RunTimedOut), str(timed_out), failed_traceback)
-            return _Ended(RunStatus.TIMED_OUT, error, duration, timed_out, self.clock())
+            return _Ended(RunStatus.TIMED_OUT, error, duration, timed_out, self.clock(), output)
         if failure is not None:
             logger.error(
                 "Task %s failed after %s",
@@ -249,9 +259,9 @@ class Invoker(HandOver):
                 exc_info=(type(failure), failure, failure.__traceback__),
             )
             error = (_qualified(type(failure)), str(failure), failed_traceback)
-            return _Ended(RunStatus.FAILED, error, duration, failure, self.clock())
+            return _Ended(RunStatus.FAILED, error, duration, failure, self.clock(), output)
         logger.info("Task %s succeeded in %s", spec.name, _ms(duration))
-        return _Ended(RunStatus.SUCCEEDED, NO_ERROR, duration, None, self.clock())
+        return _Ended(RunStatus.SUCCEEDED, NO_ERROR, duration, None, self.clock(), output)
 
     def watch_timeouts(self, monotonic: float) -> list[str]:
         """Report, once each, the runs of this process that have passed their timeout by
@@ -292,12 +302,14 @@ def retry_bound(spec: TaskSpec, fire_time: datetime | None, started: datetime) -
     return spec.trigger.next_fire_time(now=fire_time, state=after)
 
 
-def _invoke(definition: TaskDefinition, fire_time: datetime | None, deadline: float | None) -> None:
+def _invoke(definition: TaskDefinition, fire_time: datetime | None, deadline: float | None) -> Any:
+    """Call the task, and return what it returned."""
     func, args, kwargs = definition.func, definition.args, definition.kwargs
     with firing_context(fire_time, deadline):
         result = func(*args, **kwargs)
         if inspect.iscoroutine(result):  # an async task: run it to its end on this thread
-            asyncio.run(result)
+            return asyncio.run(result)
+        return result
 
 
 def _qualified(kind: type) -> str:

@@ -148,12 +148,13 @@ class Recorder:
         started: datetime,
         finished: datetime,
         error: Error,
+        output: str = "",
     ) -> None:
         """Record the end of an attempt that is tried again (a database error keeps it in the
         outbox: the attempt happened)."""
         if run.run_id is None:
             return
-        end = history.Ended(run.run_id, status, started, finished, error)
+        end = history.Ended(run.run_id, status, started, finished, error, output=output)
         write = functools.partial(history.record_ends, using=self.using, ends=[end])
         try:
             write()
@@ -174,6 +175,7 @@ class Recorder:
         error: Error = NO_ERROR,
         backend: str = "",
         result_id: str = "",
+        output: str = "",
     ) -> None:
         """Hand the end of *run* to the writer: its history row (unless the claim's
         transaction wrote it), its task row if the claim did not say it all, then its lock's
@@ -185,7 +187,9 @@ class Recorder:
             row_write = functools.partial(self._write_row, run, finished, next_time)
         end = None
         if run.run_id is not None and not run.recorded:
-            end = history.Ended(run.run_id, status, started, finished, error, backend, result_id)
+            end = history.Ended(
+                run.run_id, status, started, finished, error, backend, result_id, output
+            )
         held = run.take_lock()
         # What the writer's call back needs: kept on the run, not in a closure per run.
         run.done, run.next_time = done, next_time
