@@ -1,9 +1,10 @@
 """The test matrix, run by ``scripts/test`` (``nox`` alone runs it too).
 
-Django 6.1 on Python 3.13 runs the whole suite on SQLite, MariaDB and PostgreSQL, and Django 5.2
-LTS on Python 3.11 on SQLite and MariaDB, but for the slowest process tests. Django 6.0 on
-Python 3.12 runs a subset on each of the three that still goes through every database path:
-locks, history and the firing path.
+Django 6.1 on Python 3.13 runs the whole suite on SQLite, MariaDB and PostgreSQL. Django 5.2
+LTS on Python 3.11 runs it on SQLite, but for the slowest process tests, and on MariaDB the
+subset that goes through every database path (locks, history and the firing path) with the
+schedulers of ``test_multi_instance.py``. Django 6.0 on Python 3.12 runs that subset on each of
+the three databases.
 
     nox -l                                  # list the sessions
     nox -s "tests-6.1(postgresql)"          # one session
@@ -66,8 +67,12 @@ SECONDARY = {("6.1", "sqlite"): "postgresql", ("6.1", "postgresql"): "mysql"}
 @nox.session(python="3.11", name="tests-5.2", venv_backend="none")
 @nox.parametrize("database", ["mysql", "sqlite"], ids=["mysql", "sqlite"])
 def tests_django_52(session: nox.Session, database: str) -> None:
-    """Django 5.2 LTS, the whole suite but the slowest process tests (their ``sessions`` marks)."""
-    run_suite(session, "5.2", database)
+    """Django 5.2 LTS: on SQLite the whole suite but the slowest process tests (their
+    ``sessions`` marks); on MariaDB the database paths and the multi-instance schedulers."""
+    if database == "sqlite":
+        run_suite(session, "5.2", database)
+    else:
+        run_suite(session, "5.2", database, *SUBSET, "tests/test_multi_instance.py")
 
 
 @nox.session(python="3.13", name="tests-6.1", venv_backend="none")

@@ -272,7 +272,10 @@ class ExecutionTests(TransactionTestCase):
         runner.keepalive = KeepAlive()
         runner.keepalive.start()
         self.addCleanup(runner.keepalive.stop)
-        definition = self.task(long_task, fixed_rate="1h", lock_at_most_for="400ms")
+        # The keep-alive extends at half of lock_at_most_for: 1 s of margin for its thread
+        # and the database's answer on a loaded machine (400 ms, 200 ms of margin, once
+        # expired under the test command's load).
+        definition = self.task(long_task, fixed_rate="1h", lock_at_most_for="2s")
         entry = self.entry(runner, definition)
         worker = threading.Thread(target=runner.run, args=(entry, runner.clock()))
         worker.start()
