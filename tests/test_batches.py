@@ -162,7 +162,8 @@ class BatchTests(Instances):
     def test_claimed_firings_keep_their_locks_alive_until_they_start(self):
         # Claimed together, their locks wait under one keep-alive record; a wait longer than
         # half of lock_at_most_for (a burst claimed ahead, a queue behind long runs) extends them.
-        definitions, counters = self.tasks(3, lock_at_most_for="400ms")
+        # 2 s: the extension comes at half of it, with 1 s of margin on a loaded machine.
+        definitions, counters = self.tasks(3, lock_at_most_for="2s")
         a = self.instance("a")
         a.runner.keepalive = KeepAlive()
         a.runner.keepalive.start()

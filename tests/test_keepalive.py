@@ -5,6 +5,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from django.test import SimpleTestCase
 
 from django_scheduling.locking import LockConfiguration
@@ -188,3 +189,40 @@ class WaitingLocksTests(KeeperTestCase):
         held = [waiting.start(0), waiting.start(1)]
         self.assertEqual([h.lock for h in held], locks)
         self.assertTrue(all(h.release() for h in held))
+
+
+class QueryingLock(FakeLock):
+    """A handle whose extension queries the database, as the database provider's does, and
+    notes the connection it used (the keep-alive thread's own)."""
+
+    def __init__(self, config, calls, used):
+        super().__init__(config, calls)
+        self.used = used
+
+    def extend(self, lock_at_most_for, lock_at_least_for=timedelta(0)):
+        from django.db import connections
+
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT 1")
+        self.used.append(connections["default"])
+        return super().extend(lock_at_most_for, lock_at_least_for)
+
+
+@pytest.mark.vendor("postgresql", "mysql")  # Django never closes an in-memory SQLite one
+class KeepAliveConnectionTests(SimpleTestCase):
+    databases = {"default"}
+
+    def test_the_thread_closes_its_database_connection_when_it_stops(self):
+        # A stopped scheduler in a process that goes on (autostart in a test runner, a
+        # service stopped and started again) must not leave the thread's session open.
+        keeper = KeepAlive()
+        keeper.start()
+        self.addCleanup(keeper.stop)
+        calls, used = Calls(), []
+        held = keeper.hold(QueryingLock(LockConfiguration("job", "400ms"), calls, used), "job")
+        calls.wait_for_extends(1)
+        held.release()
+        keeper.stop()
+        self.assertFalse(keeper.alive)
+        self.assertTrue(used)
+        self.assertTrue(all(wrapper.connection is None for wrapper in used))

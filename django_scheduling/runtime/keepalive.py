@@ -13,7 +13,7 @@ import threading
 import time
 from datetime import datetime, timedelta
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from ..clock import utcnow
 from ..locking import Lock, LockError
@@ -239,6 +239,14 @@ class KeepAlive:
                 self._held.clear()  # frees the table a burst grew (a discard never shrinks it)
 
     def _loop(self) -> None:
+        try:
+            self._extend_when_due()
+        finally:
+            # The thread's own connections: a process that goes on after a stop (a service
+            # started again, a test runner) must not keep its sessions open.
+            connections.close_all()
+
+    def _extend_when_due(self) -> None:
         while True:
             with self._cond:
                 while not self._stopped:
