@@ -90,6 +90,11 @@ SCHEDULING = {
     "LOCK_AT_MOST_FOR": env("SCHEDULING_LOCK_AT_MOST_FOR", default="10m"),
     "HISTORY_RETENTION": env("SCHEDULING_HISTORY_RETENTION", default="30d"),
     "OVERDUE_AFTER": env("SCHEDULING_OVERDUE_AFTER", default="1m"),
+    # A management command on a schedule, without a wrapper function; its output is kept with
+    # each run (see docs/tasks.md, "Schedules in settings and management commands").
+    "SCHEDULE": {
+        "sessions.clear": {"command": "clearsessions", "cron": "0 0 4 * * *"},
+    },
 }
 
 # The scheduler's lines and the tasks' own lines (example_app/tasks.py logs as
