@@ -406,7 +406,7 @@ class ClaimAheadTests(SimpleTestCase):
 
     def test_how_far_ahead_grows_with_the_burst_up_to_a_cap(self):
         self.assertEqual(claim_ahead(1), 0.0)
-        self.assertEqual(claim_ahead(BATCH_SIZE), 0.0)
+        self.assertAlmostEqual(claim_ahead(BATCH_SIZE), 0.05)
         self.assertAlmostEqual(claim_ahead(1_000), 0.5)
         self.assertAlmostEqual(claim_ahead(10_000), 5.0)
         self.assertEqual(claim_ahead(10**7), CLAIM_AHEAD_MAX)
@@ -424,14 +424,42 @@ class ClaimAheadTests(SimpleTestCase):
         self.assertEqual({task.runs[0][0] for task in burst + singles}, {instant})
         self.assertGreaterEqual(min(task.runs[0][1] for task in burst + singles), instant)
 
-    def test_a_burst_of_one_batch_is_claimed_at_its_instant(self):
+    def test_a_burst_of_one_batch_is_claimed_ahead_and_nothing_starts_before_it(self):
+        # 100 firings, 50 ms ahead: the claim (for enqueued firings, the enqueues in its
+        # transaction) is off the path from the instant to the runs.
         runner = MemoryRunner()
         scheduler = self.make(runner)
         instant = now() + timedelta(milliseconds=300)
         tasks = self.burst(scheduler, BATCH_SIZE, instant)
         scheduler.start()
         wait_for(lambda: all(task.runs for task in tasks))
-        self.assertGreaterEqual(min(claimed_at for claimed_at, _ in runner.claims), instant)
+        self.assertTrue(all(claimed_at < firing for claimed_at, firing in runner.claims))
+        self.assertGreaterEqual(min(task.runs[0][1] for task in tasks), instant)
+
+    def test_a_lone_firing_is_claimed_at_its_instant(self):
+        runner = MemoryRunner()
+        scheduler = self.make(runner)
+        instant = now() + timedelta(milliseconds=300)
+        self.burst(scheduler, 1, instant)
+        scheduler.start()
+        wait_for(lambda: runner.claims)
+        self.assertGreaterEqual(runner.claims[0][0], instant)
+
+    def test_a_burst_that_grows_as_runs_end_is_claimed_ahead_by_its_final_size(self):
+        # Tasks due every second are pushed back one by one as their runs end: the dispatcher,
+        # asleep until the first one's time, must learn that a burst has formed.
+        runner = MemoryRunner()
+        scheduler = self.make(runner)
+        scheduler.start()
+        instant = now() + timedelta(milliseconds=600)
+        tasks = self.burst(scheduler, 1, instant)
+        for index in range(BATCH_SIZE - 1):
+            time.sleep(0.002)  # the runs of the second before end over a few hundred ms
+            tasks += self.burst(scheduler, 1, instant, prefix=f"later{index:03}-")
+        self.assertLess(now(), instant - timedelta(milliseconds=50))  # all in before its time
+        wait_for(lambda: all(task.runs for task in tasks))
+        self.assertLess(min(claimed_at for claimed_at, _ in runner.claims), instant)
+        self.assertGreaterEqual(min(task.runs[0][1] for task in tasks), instant)
 
     def test_a_burst_is_handed_to_the_pool_as_a_few_items_not_one_per_firing(self):
         # One pool item per claimed firing made thousands of objects at the burst's instant.
