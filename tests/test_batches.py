@@ -126,9 +126,9 @@ class Instances(TransactionTestCase):
         self.instances.append(instance)
         return instance
 
-
-class BatchTests(Instances):
     def tasks(self, count: int, **options):
+        """Declare *count* tasks (``job000``, ...) that count their calls; return their
+        definitions and counters."""
         options.setdefault("fixed_rate", "10s")
         counters = [Counter() for _ in range(count)]
         definitions = [
@@ -137,6 +137,8 @@ class BatchTests(Instances):
         ]
         return definitions, counters
 
+
+class BatchTests(Instances):
     def test_a_batch_runs_each_due_firing_once_and_records_it(self):
         definitions, counters = self.tasks(5)
         a = self.instance("a")

@@ -39,7 +39,7 @@ from django_scheduling.tasks.resolved import resolve
 from .test_batches import T0, Counter, Instances
 from .test_keepalive import FakeLock, KeeperTestCase
 from .test_registry_and_checks import job
-from .test_scheduler import DEADLINE, MemoryRunner, Task, now, wait_for
+from .test_scheduler import Bursts, MemoryRunner, Task, now, wait_for
 from .test_triggers import s
 
 # -- triggers, options and durations: shared by the tasks declared alike ---------------------
@@ -171,15 +171,6 @@ class TaskSpecTests(SimpleTestCase):
 
 
 class BatchTests(Instances):
-    def tasks(self, count: int, **options):
-        options.setdefault("fixed_rate", "10s")
-        counters = [Counter() for _ in range(count)]
-        definitions = [
-            self.registry.add(counter, name=f"job{i:03}", **options)
-            for i, counter in enumerate(counters)
-        ]
-        return definitions, counters
-
     def test_tasks_declared_alike_share_one_state_at_start_up(self):
         definitions, _ = self.tasks(3)
         other = [self.registry.add(Counter(), name="other", fixed_rate="1m")]
@@ -274,22 +265,8 @@ class SchedulerTests(SimpleTestCase):
         )
 
 
-class ClaimAheadTests(SimpleTestCase):
-    """A burst of more than one batch is claimed ahead of its instant."""
-
-    def make(self, runner):
-        scheduler = Scheduler(runner, core_pool_size=8, max_pool_size=8)
-        self.addCleanup(scheduler.shutdown, DEADLINE)
-        return scheduler
-
-    def burst(self, scheduler, count, at, *, prefix="task", trigger=None):
-        tasks = []
-        for index in range(count):
-            task = Task(trigger or FixedRateTrigger(timedelta(hours=1)))
-            task.state = TriggerState(anchor=at)
-            scheduler.add(Entry(f"{prefix}{index:05}", task))
-            tasks.append(task)
-        return tasks
+class ClaimAheadTests(Bursts):
+    """What a burst claimed ahead of its instant leaves in memory."""
 
     def test_the_calls_of_a_burst_are_not_kept_once_they_have_run(self):
         # A call holds its run's lock and records: kept by the dispatcher or by an idle

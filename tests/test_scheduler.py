@@ -387,8 +387,8 @@ class SchedulerTests(SimpleTestCase):
         self.assertFalse(shutdown_requested())
 
 
-class ClaimAheadTests(SimpleTestCase):
-    """A burst of more than one batch is claimed ahead of its instant; nothing starts early."""
+class Bursts(SimpleTestCase):
+    """A scheduler with 8 threads over a runner in memory, and bursts of tasks due at once."""
 
     def make(self, runner):
         scheduler = Scheduler(runner, core_pool_size=8, max_pool_size=8)
@@ -403,6 +403,11 @@ class ClaimAheadTests(SimpleTestCase):
             scheduler.add(Entry(f"{prefix}{index:05}", task))
             tasks.append(task)
         return tasks
+
+
+class ClaimAheadTests(Bursts):
+    """A burst (two or more firings due at one instant) is claimed ahead of it; a lone firing
+    at its time; nothing starts early."""
 
     def test_how_far_ahead_grows_with_the_burst_up_to_a_cap(self):
         self.assertEqual(claim_ahead(1), 0.0)
