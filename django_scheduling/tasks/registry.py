@@ -198,15 +198,15 @@ def autodiscover() -> None:
 
     from ..conf import DEFAULTS, get_settings
 
+    schedule: Mapping[str, Mapping[str, Any]] = {}
     try:
         conf = get_settings()
+        module, schedule = conf.task_module, conf.schedule
     except ImproperlyConfigured:
         # The system checks report the setting; discover with what can be read of it, and
         # declare none of its schedule (the scheduler does not start meanwhile).
         raw = getattr(settings, "SCHEDULING", None)
         given = raw.get("TASK_MODULE") if isinstance(raw, Mapping) else None
         module = given if isinstance(given, str) and given else DEFAULTS["TASK_MODULE"]
-        autodiscover_modules(module)
-        return
-    autodiscover_modules(conf.task_module)
-    registry.add_configured(conf.schedule)
+    autodiscover_modules(module)
+    registry.add_configured(schedule)
