@@ -464,16 +464,19 @@ class TaskRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("output"))
     def output_text(self, run: TaskRun) -> str:
-        """A management command's output (escaped: it is the command's text)."""
-        if not run.output:
-            return "-"
-        return format_html('<pre class="ds-output">{}</pre>', run.output)
+        """A management command's output."""
+        return _preformatted("ds-output", run.output)
 
     @admin.display(description=_("traceback"))
     def traceback_text(self, run: TaskRun) -> str:
-        if not run.traceback:
-            return "-"
-        return format_html('<pre class="ds-traceback">{}</pre>', run.traceback)
+        return _preformatted("ds-traceback", run.traceback)
+
+
+def _preformatted(css_class: str, text: str) -> str:
+    """Show *text* (the task's own, so escaped) as it was written, or "-" when empty."""
+    if not text:
+        return "-"
+    return format_html('<pre class="{}">{}</pre>', css_class, text)
 
 
 @admin.register(TaskLock)
