@@ -243,10 +243,13 @@ class Invoker(HandOver):
             if isinstance(exc, CommandFailed):
                 output = exc.output
         duration = timedelta(seconds=time.perf_counter() - begun)
+        # Past its deadline by the clock cancel_requested() reads: a task that saw the request
+        # and returned is timed out, whatever its duration measured from a moment later.
+        timed_out_now = deadline is not None and time.monotonic() >= deadline
         if failure is not None:
             # A failed task may leave its connection unusable; the run is still recorded.
             close_old_connections()
-        if spec.timeout is not None and duration > spec.timeout:
+        if spec.timeout is not None and timed_out_now:
             timed_out = RunTimedOut(spec.name, duration, spec.timeout, failure)
             logger.error("%s", timed_out)
             error = (_qualified(RunTimedOut), str(timed_out), failed_traceback)
