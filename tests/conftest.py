@@ -64,3 +64,14 @@ def _in_sessions(sessions: tuple[str, ...], vendor: str) -> bool:
         if wanted == version and database in ("", vendor):
             return True
     return False
+
+
+@pytest.fixture(autouse=True)
+def _run_events_end_with_their_test():
+    """Deliver the run events a test published before the next test begins: a receiver that
+    the next test connects must not hear them (a Celery test heard the previous test's
+    ``run_enqueued`` of the same task name)."""
+    yield
+    from django_scheduling.observability.events import run_events
+
+    run_events.drain(10)
