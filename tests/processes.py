@@ -59,7 +59,7 @@ class Process:
     """A child process whose merged output is collected line by line in the background."""
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.args = args
+        self.args, self.env = args, env
         self.popen = subprocess.Popen(
             args,
             cwd=ROOT,

@@ -315,32 +315,50 @@ class ReliabilityProcessTests(TransactionTestCase):
         self.assertFalse(recovery_asked("not_recovered"))
         self.assertEqual(survivor.count("of not_recovered was lost; it runs again"), 0)
 
-    def test_restarting_the_dev_server_does_not_block_a_running_task(self):
-        port = free_port()
+    def dev_server(self) -> tuple[Process, int, Execution, TaskRun]:
+        """Start ``runserver`` with the scheduler autostarted; return it, its serving child's
+        pid, and the child's first call of the three-second task with that call's run."""
         env = scheduling_env(["dev_server"])
         env["SCHEDULING_AUTOSTART"] = "1"
-        command = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}"]
-        server = Process(command, env)
+        server = Process(
+            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{free_port()}"], env
+        )
         self.addCleanup(server.kill)
         server.wait_for(SERVER_READY)
         child = int(AUTOSTARTED_PID.search(server.wait_for("Scheduler autostarted"))[1])
-        first = poll(
+        call = poll(
             lambda: Execution.objects.filter(task="dev_server", pid=child).first(), timeout=30
         )
-        interrupted = TaskRun.objects.get(task_name="dev_server", scheduled_at=first.fire_time)
-        first.refresh_from_db()
-        self.assertIsNone(first.finished, "the run ended before Ctrl-C")
-        # Ctrl-C in the terminal: SIGINT to the autoreloader and its serving child.
+        run = TaskRun.objects.get(task_name="dev_server", scheduled_at=call.fire_time)
+        call.refresh_from_db()
+        self.assertIsNone(call.finished, "the run ended before the interrupt")
+        return server, child, call, run
+
+    def test_the_dev_server_stops_its_scheduler_on_its_way_out(self):
+        server, child, _, run = self.dev_server()
+        # SIGINT to the serving child alone: nothing kills it while it stops, so what it writes
+        # on its way out is all there is to see. (Ctrl-C in a terminal also reaches the
+        # autoreloader, which kills the child a quarter of a second later: the next test.)
+        os.kill(child, signal.SIGINT)
+        server.wait(30)
+        poll(lambda: not alive(child), timeout=30, message="the serving child did not exit")
+        # The run is interrupted and the lock free before any restart could free them.
+        run.refresh_from_db()
+        self.assertEqual(run.status, RunStatus.INTERRUPTED, server.output)
+        self.assertIsNotNone(run.finished_at)
+        self.assertLessEqual(TaskLock.objects.get(name="dev_server").lock_until, datetime.now(UTC))
+
+    def test_restarting_the_dev_server_does_not_block_a_running_task(self):
+        server, child, first, interrupted = self.dev_server()
+        # Ctrl-C in the terminal: SIGINT to the autoreloader and its serving child. The child
+        # marks the run interrupted and frees the lock on its way out, unless the autoreloader's
+        # kill, a quarter of a second later, comes first; then the restarted server frees the
+        # dead child's lock and marks the run lost. Either way the restart is not blocked.
         os.killpg(server.popen.pid, signal.SIGINT)
         server.wait(30)
         poll(lambda: not alive(child), timeout=30, message="the serving child did not exit")
-        # The child stopped its scheduler on its way out: the run is interrupted and the lock
-        # free, before any restart frees it.
-        interrupted.refresh_from_db()
-        self.assertEqual(interrupted.status, RunStatus.INTERRUPTED, server.output)
-        self.assertLessEqual(TaskLock.objects.get(name="dev_server").lock_until, datetime.now(UTC))
 
-        restarted = Process(command, env)
+        restarted = Process(server.args, server.env)
         self.addCleanup(restarted.kill)
         started_at = datetime.now(UTC)
         restarted.wait_for(SERVER_READY)
