@@ -20,7 +20,7 @@ from .context import (
     shutdown_requested,
 )
 from .schedules.triggers import MissedRuns
-from .tasks.registry import scheduled
+from .tasks.registry import schedulable, scheduled
 
 #: The version of django-scheduling, the one place it is written (pyproject.toml reads it).
 __version__ = "0.1.0"
@@ -28,6 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "scheduled",
+    "schedulable",
     "MissedRuns",
     "cancel_requested",
     "shutdown_requested",

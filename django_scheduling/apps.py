@@ -13,13 +13,15 @@ class SchedulingConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks
+        from .models import Schedule
         from .observability import alerts, metrics, sentry
         from .startup.argv import management_command
         from .startup.autostart import maybe_autostart
-        from .tasks import registry
+        from .tasks import registry, stored
 
         checks.report_for(management_command())
         registry.autodiscover()
+        Schedule.validator = stored.validate
         post_migrate.connect(_sync_after_migrate, sender=self)
         if _metrics_wanted():
             metrics.install()
@@ -47,7 +49,8 @@ def _sync_after_migrate(*, using: str, **kwargs: Any) -> None:
     from django.utils import timezone
 
     from .conf import get_settings
-    from .models import ScheduledTask
+    from .models import Schedule, ScheduledTask
+    from .runtime.database_schedules import DatabaseSchedules
     from .storage.task_rows import sync_tasks
     from .tasks.registry import registry
 
@@ -57,10 +60,14 @@ def _sync_after_migrate(*, using: str, **kwargs: Any) -> None:
         return  # the system checks report it
     if using != conf.database:
         return
-    if ScheduledTask._meta.db_table not in connections[using].introspection.table_names():
+    tables = connections[using].introspection.table_names()
+    if ScheduledTask._meta.db_table not in tables:
         return  # migrated backwards
     zone = timezone.get_default_timezone()
     valid = [d for d in registry if d.error is None]
+    if Schedule._meta.db_table in tables:
+        # The code's tasks as the schedules in the database move them, and those schedules.
+        valid = DatabaseSchedules(tasks=registry, conf=conf).load(valid)
     sync_tasks(
         [(d.name, d.trigger(zone)) for d in valid],
         now=timezone.now(),

@@ -125,6 +125,16 @@ def task_errors(tasks: TaskRegistry | None = None) -> list[checks.Error]:
         for first, second in tasks.duplicates
     ]
     errors += [error for d in tasks if not d.error for error in _engine_errors(d)]
+    errors += [
+        checks.Error(
+            f"{where}: {problem}.",
+            hint="@schedulable takes an optional name='...' and marks a function, a "
+            "django.tasks Task or a Celery task.",
+            obj=where,
+            id="django_scheduling.E014",
+        )
+        for where, problem in tasks.schedulable_errors
+    ]
     return errors
 
 
@@ -218,6 +228,7 @@ def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error
             ]
     if conf is not None:
         errors += _provider_errors(conf.lock_provider)
+        errors += _command_errors(conf.commands)
     if conf is None:
         pass  # the database alias is unknown while the setting cannot be read
     elif conf.database not in settings.DATABASES:
@@ -248,6 +259,30 @@ def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error
             )
         )
     return errors
+
+
+def _command_errors(commands: Sequence[str]) -> list[checks.Error]:
+    """Return the names in ``SCHEDULING['COMMANDS']`` that are no management command."""
+    from django.core.management import get_commands
+
+    known = get_commands()
+    return [
+        checks.Error(
+            f"SCHEDULING['COMMANDS'] lists {command!r}, which is no management command.",
+            hint=f"Fix the name{_close(command, known)}, or drop it; manage.py help lists the "
+            "commands.",
+            id="django_scheduling.E015",
+        )
+        for command in commands
+        if command not in known
+    ]
+
+
+def _close(name: str, names: Sequence[str] | Any) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(names), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _provider_errors(setting: str) -> list[checks.Error]:

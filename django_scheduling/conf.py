@@ -55,6 +55,8 @@ DEFAULTS: dict[str, Any] = {
     "METRICS": False,
     "TIMEOUT": None,
     "SCHEDULE": {},
+    "COMMANDS": [],
+    "SCHEDULES_POLL_INTERVAL": "5s",
 }
 
 REJECTION_POLICIES = ("abort", "caller_runs", "discard", "discard_oldest")
@@ -94,6 +96,10 @@ class SchedulingSettings:
     #: Tasks declared in settings, by name: each entry's ``task`` or ``command`` and the
     #: options of ``@scheduled`` (``tasks/configured.py`` reads the entries).
     schedule: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+    #: The management commands that schedules in the database may run.
+    commands: tuple[str, ...] = ()
+    #: How often each scheduler reads the schedules in the database.
+    schedules_poll_interval: timedelta = timedelta(seconds=5)
 
     @classmethod
     def from_dict(cls, raw: Any) -> SchedulingSettings:
@@ -177,6 +183,8 @@ class SchedulingSettings:
             "metrics": reader.boolean("METRICS"),
             "timeout": reader.optional_duration("TIMEOUT"),
             "schedule": reader.schedule("SCHEDULE"),
+            "commands": reader.names("COMMANDS"),
+            "schedules_poll_interval": reader.duration("SCHEDULES_POLL_INTERVAL", allow_zero=False),
         }
         if problems:
             raise InvalidSettings(problems)
@@ -273,6 +281,19 @@ class _Reader:
             )
             return None
         return value
+
+    def names(self, key: str) -> tuple[str, ...] | None:
+        """A list of non-empty strings (which of them exist is checked with the tasks)."""
+        value = self.values[key]
+        if not isinstance(value, list | tuple) or not all(
+            isinstance(item, str) and item for item in value
+        ):
+            self.problems.append(
+                f"SCHEDULING[{key!r}] must be a list of management command names, e.g. "
+                f"['clearsessions'], got {value!r}"
+            )
+            return None
+        return tuple(value)
 
     def text(self, key: str) -> str | None:
         value = self.values[key]

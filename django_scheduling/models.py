@@ -1,4 +1,5 @@
-"""Tables of the app: the lock table, the per-task state row and the run history.
+"""Tables of the app: the lock table, the per-task state row, the run history and the
+schedules kept in the database.
 
 Models hold data only. Locking statements live in ``locking.database``; the scheduler's use of
 the state row lives in ``state``.
@@ -6,7 +7,11 @@ the state row lives in ``state``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import ClassVar
+
 from django.db import models
+from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from .conf import NAME_LENGTH
@@ -260,3 +265,133 @@ class SchedulerInstance(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class MissedChoice(models.TextChoices):
+    """What a schedule does with the fire times it missed (``missed=``)."""
+
+    COALESCE = "coalesce", _("coalesce: run once for all of them")
+    SKIP = "skip", _("skip: run none of them")
+    RUN_ALL = "run_all", _("run all: run each of them")
+
+
+class ScheduleQuerySet(models.QuerySet):
+    def update(self, **kwargs: object) -> int:
+        """Update the rows and their ``updated_at``, unless the caller sets it: the running
+        schedulers see a change by that column."""
+        kwargs.setdefault("updated_at", Now())
+        return super().update(**kwargs)
+
+    update.alters_data = True  # type: ignore[attr-defined]
+
+
+class Schedule(models.Model):
+    """A schedule kept in the database: a task that the code made ``@schedulable`` (or a
+    ``@scheduled`` task's function) or a command listed in ``SCHEDULING['COMMANDS']``, with a
+    trigger given as text. With ``override``, the row moves the code's task of the same name
+    to its trigger instead.
+
+    Every running scheduler reads the table every ``SCHEDULES_POLL_INTERVAL`` and applies what
+    changed. ``full_clean()`` (the admin's forms) refuses a row that could not run; a row
+    saved without it that names anything else never runs, and ``error`` says why.
+    """
+
+    name = models.CharField(
+        _("name"),
+        max_length=NAME_LENGTH,
+        unique=True,
+        help_text=_("The task's name: in the history, the admin, the metrics and the locks."),
+    )
+    task = models.CharField(
+        _("task"),
+        max_length=255,
+        blank=True,
+        help_text=_("What the schedule runs: a task the code made @schedulable."),
+    )
+    command = models.CharField(
+        _("management command"),
+        max_length=100,
+        blank=True,
+        help_text=_("Or a management command listed in SCHEDULING['COMMANDS']."),
+    )
+    override = models.BooleanField(
+        _("moves a code task"),
+        default=False,
+        help_text=_(
+            "The row gives the task of the same name in the code this trigger instead of its "
+            "own; it names no task or command."
+        ),
+    )
+    cron = models.CharField(
+        _("cron"),
+        max_length=255,
+        blank=True,
+        help_text=_("Six fields with seconds, e.g. 0 0 4 * * * (04:00 every day)."),
+    )
+    zone = models.CharField(
+        _("time zone"),
+        max_length=64,
+        blank=True,
+        help_text=_("The cron's time zone, e.g. Europe/Paris; empty: TIME_ZONE."),
+    )
+    fixed_rate = models.CharField(
+        _("fixed rate"), max_length=64, blank=True, help_text=_("Or a period, e.g. 15m.")
+    )
+    fixed_delay = models.CharField(
+        _("fixed delay"),
+        max_length=64,
+        blank=True,
+        help_text=_("Or a pause between a run's end and the next start, e.g. 30s."),
+    )
+    initial_delay = models.CharField(
+        _("initial delay"),
+        max_length=64,
+        blank=True,
+        help_text=_("With a fixed rate or delay: the wait before the first run."),
+    )
+    args = models.JSONField(_("arguments"), default=list, blank=True)
+    kwargs = models.JSONField(_("keyword arguments"), default=dict, blank=True)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    missed = models.CharField(
+        _("missed runs"),
+        max_length=20,
+        choices=MissedChoice.choices,
+        default=MissedChoice.COALESCE,
+    )
+    jitter = models.CharField(_("jitter"), max_length=64, blank=True)
+    lock_at_most_for = models.CharField(
+        _("lock at most for"), max_length=64, blank=True, help_text=_("Empty: LOCK_AT_MOST_FOR.")
+    )
+    lock_at_least_for = models.CharField(
+        _("lock at least for"),
+        max_length=64,
+        blank=True,
+        help_text=_("Empty: LOCK_AT_LEAST_FOR."),
+    )
+    error = models.TextField(
+        _("error"),
+        blank=True,
+        default="",
+        editable=False,
+        help_text=_("Why the schedulers do not run this row, as they last read it."),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True, db_index=True)
+
+    objects = ScheduleQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("schedule")
+        verbose_name_plural = _("schedules")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    #: Raises ``ValidationError`` for a row that could not run; the app sets it when it is
+    #: ready (``tasks.stored.validate``, which knows the code's tasks).
+    validator: ClassVar[Callable[[Schedule], None] | None] = None
+
+    def clean(self) -> None:
+        if Schedule.validator is not None:
+            Schedule.validator(self)

@@ -6,7 +6,7 @@ import random
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from django_scheduling import scheduled, shutdown_requested
+from django_scheduling import schedulable, scheduled, shutdown_requested
 
 logger = logging.getLogger(__name__)
 
@@ -53,3 +53,10 @@ if "django_tasks_db" in settings.INSTALLED_APPS:
         """Every 30 seconds, enqueued on django.tasks instead of run in the scheduler: the
         history shows the run as "enqueued"; `manage.py db_worker` runs it."""
         logger.info("digest sent to %s", audience)
+
+
+@schedulable
+def remind_user(username, *, channel="mail"):
+    """No schedule of its own: schedules kept in the database (the admin's Schedules) may run
+    it, as ``example_app.tasks.remind_user``, with their own times and arguments."""
+    logger.info("reminding %s by %s", username, channel)

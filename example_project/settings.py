@@ -95,6 +95,8 @@ SCHEDULING = {
     "SCHEDULE": {
         "sessions.clear": {"command": "clearsessions", "cron": "0 0 4 * * *"},
     },
+    # The commands that schedules kept in the database (the admin's Schedules) may run.
+    "COMMANDS": ["clearsessions"],
 }
 
 # The scheduler's lines and the tasks' own lines (example_app/tasks.py logs as

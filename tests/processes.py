@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from unittest import TestCase
 
 from django.db import connections
 
@@ -139,6 +140,17 @@ class Process:
 
 def manage(*args: str, env: dict[str, str] | None = None) -> Process:
     return Process([sys.executable, "manage.py", *args], env or process_env())
+
+
+def start_schedulers(test: TestCase, count: int, env: dict[str, str]) -> list[Process]:
+    """Start *count* ``runscheduler`` processes with *env*, killed when *test* ends; return
+    them once each says it runs."""
+    processes = [manage("runscheduler", env=env) for _ in range(count)]
+    for process in processes:
+        test.addCleanup(process.kill)
+    for process in processes:
+        process.wait_for("Scheduler running")
+    return processes
 
 
 def poll(predicate, timeout: float = 60.0, interval: float = 0.1, message: str = ""):

@@ -37,6 +37,7 @@ from .processes import (
     manage,
     poll,
     process_env,
+    start_schedulers,
 )
 from .testapp.models import Execution
 
@@ -60,12 +61,7 @@ def engine_env(engines: str, scheduling: dict | None = None, **extra: str) -> di
 
 class EngineProcessTests(TransactionTestCase):
     def start_schedulers(self, count: int, env: dict[str, str]) -> list[Process]:
-        processes = [manage("runscheduler", env=env) for _ in range(count)]
-        for process in processes:
-            self.addCleanup(process.kill)
-        for process in processes:
-            process.wait_for("Scheduler running")
-        return processes
+        return start_schedulers(self, count, env)
 
     def runs(self, task: str, *statuses: RunStatus) -> list[TaskRun]:
         """Return the runs of *task* in *statuses*; by default those enqueued, whether or not

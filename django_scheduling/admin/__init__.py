@@ -1,7 +1,10 @@
-"""Admin pages: the task overview (upcoming, running, overdue), the run history and the locks.
+"""Admin pages: the task overview (upcoming, running, overdue), the run history, the locks and
+the schedules kept in the database.
 
-Every page is read-only: the scheduler keeps the rows in step with the code. The only writes are
-pausing, resuming and asking for a run now (see ``admin_views.TaskControlMixin``).
+The task, run and lock pages are read-only: the scheduler keeps those rows in step with the
+code. Their only writes are pausing, resuming and asking for a run now (see
+``admin_views.TaskControlMixin``). The schedules are edited on their own pages
+(``admin.schedules``), which also move a code task to another trigger and back.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from ..models import RunStatus, ScheduledTask, TaskLock, TaskRun, TriggerKind
+from ..models import RunStatus, Schedule, ScheduledTask, TaskLock, TaskRun, TriggerKind
 from ..observability import outcomes
 from ..observability.monitoring import (
     FAILING_AFTER,
@@ -31,6 +34,10 @@ from ..observability.monitoring import (
 )
 from ..schedules.triggers import MISSED_COUNT_LIMIT
 from .mixins import TrendsMixin
+from .schedules import ScheduleAdmin
+
+__all__ = ["ScheduleAdmin", "ScheduledTaskAdmin", "TaskLockAdmin", "TaskRunAdmin"]
+from ..tasks.registry import registry
 from .trends import SPARKLINE_RUNS, failures_in_a_row
 from .views import (
     OVERDUE_REASON_LABELS,
@@ -49,6 +56,9 @@ from .views import (
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise, WithAnnotations
+
+#: What the override badge says of a code task moved by a schedule in the database.
+MOVED = "Moved from the code's schedule in the admin (Schedules)."
 
 #: How many runs the page of a task lists.
 RECENT_RUNS = 20
@@ -97,6 +107,7 @@ class TaskAnnotations(StateAnnotations):
     lock_holder: str | None
     lock_held_until: datetime | None
     last_success_at: datetime | None
+    moved: bool
 
 
 class RunAnnotations(TypedDict):
@@ -210,6 +221,9 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
                 lock_holder=Subquery(held.values("locked_by")[:1]),
                 lock_held_until=Subquery(held.values("lock_until")[:1]),
                 last_success_at=last_success(),
+                moved=Exists(
+                    Schedule.objects.filter(name=OuterRef("name"), override=True, enabled=True)
+                ),
             )
             .order_by(*self.get_ordering(request))
         )
@@ -242,12 +256,18 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        runs = TaskRun.objects.using(admin_settings().database).filter(task_name=unquote(object_id))
+        name, database = unquote(object_id), admin_settings().database
+        runs = TaskRun.objects.using(database).filter(task_name=name)
         context = {
-            **self.trends_context(unquote(object_id)),
+            **self.trends_context(name),
             "recent_runs": runs.order_by("-started_at", "-id")[:RECENT_RUNS],
             "can_pause": self.has_pause_permission(request),
             "can_run": self.has_run_permission(request),
+            # A code task is moved by a schedule in the database, and moved back by removing it.
+            "override": Schedule.objects.using(database).filter(name=name, override=True).first(),
+            "can_move": name in registry
+            and request.user.has_perm("django_scheduling.add_schedule"),
+            "can_move_back": request.user.has_perm("django_scheduling.delete_schedule"),
             **(extra_context or {}),
         }
         return super().change_view(request, object_id, form_url, context)
@@ -262,7 +282,11 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
         if task.kind == TriggerKind.ONE_SHOT and task.anchor is not None:
             # A one-shot's trigger text holds its time in ISO 8601; the anchor is that time.
             text = _("once at %(time)s") % {"time": format_time(task.anchor)}
-        return format_html('<span class="ds-trigger">{}</span>', text)
+        shown = format_html('<span class="ds-trigger">{}</span>', text)
+        if getattr(task, "moved", False):
+            moved = badge("override", _("override"))
+            return format_html('{} <span title="{}">{}</span>', shown, _(MOVED), moved)
+        return shown
 
     @admin.display(description=_("state"), ordering="state_order")
     def state_badge(self, task: WithAnnotations[ScheduledTask, TaskAnnotations]) -> str:

@@ -230,11 +230,16 @@ class DelayQueue:
                 kept.append(item)
                 continue
             entry.request_queued = False
-            if entry.running:
-                entry.pending_request = entry.pending_request or firing
+            # The entry of that name now: it may have been replaced since the run was asked
+            # for (the request goes to its successor) or removed.
+            current = self.state.entries.get(entry.name)
+            if current is None:
                 continue
-            entry.running = True
-            due.append(Due(entry, firing))
+            if current.running:
+                current.pending_request = current.pending_request or firing
+                continue
+            current.running = True
+            due.append(Due(current, firing))
         for item in kept:
             heapq.heappush(heap, item)
         return due, calls

@@ -1,7 +1,8 @@
 """The maintenance thread of a running scheduler.
 
 Once a second it writes what waits in the outbox, queues the runs asked for in the admin
-("run now") and the recoveries of lost runs, and, when a database outage is over, makes every
+("run now") and the recoveries of lost runs, applies the schedules changed in the database
+(every ``SCHEDULES_POLL_INTERVAL``), and, when a database outage is over, makes every
 task that backs off try again at once. Once per ``HOUSEKEEPING_INTERVAL`` it frees the locks of
 dead processes of this host, and one instance marks lost runs, asks for their recovery
 (``recover=True``), prunes the history and deletes the rows of instances gone for a day. Once
@@ -35,6 +36,7 @@ from .outbox import Outbox
 from .scheduler import RunRequest, Scheduler
 
 if TYPE_CHECKING:
+    from .database_schedules import DatabaseSchedules
     from .firing import FiringPipeline
 
 __all__ = ["Maintenance", "POLL_INTERVAL", "free_locks_of_dead_processes", "request_recoveries"]
@@ -59,6 +61,7 @@ class Maintenance:
         outbox: Outbox,
         tasks: Mapping[str, TaskDefinition],
         definitions: Mapping[str, TaskDefinition] | None = None,
+        schedules: DatabaseSchedules | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.conf = conf
@@ -68,6 +71,8 @@ class Maintenance:
         #: The tasks this service schedules, and every task the code declares.
         self.tasks = tasks
         self.definitions = tasks if definitions is None else definitions
+        #: The schedules in the database, read every ``SCHEDULES_POLL_INTERVAL``.
+        self.schedules = schedules
         self.clock = clock
         self._stopped = threading.Event()
         self._thread = threading.Thread(
@@ -75,6 +80,8 @@ class Maintenance:
         )
         self._next_housekeeping = 0.0  # the first pass comes at once
         self._next_heartbeat = 0.0
+        # Read at start already: the first look comes one interval later.
+        self._next_schedules = time.monotonic() + conf.schedules_poll_interval.total_seconds()
         self.started_at = clock()
         self._failing = False
         self.outcomes = OutcomeWatch(using=conf.database, instance=conf.instance_name)
@@ -111,6 +118,10 @@ class Maintenance:
             close_old_connections()
             self.outbox.flush()
             self._take_requests()
+            if self.schedules is not None and monotonic >= self._next_schedules:
+                assert self.pipeline is not None
+                self._next_schedules = monotonic + self.conf.schedules_poll_interval.total_seconds()
+                self.schedules.refresh(self.scheduler, self.pipeline, now=self.clock())
             outage = None if self.pipeline is None else self.pipeline.outage
             # Wake the tasks that back off only when this thread saw the database fail too, and
             # now answer: a database that answers reads but fails the firings' writes (a

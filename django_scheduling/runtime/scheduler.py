@@ -128,6 +128,9 @@ class Scheduler:
         self._random = random.Random()
         self.queue = DelayQueue()
         self._cond = self.queue.cond
+        #: The entries put in the place of one whose run was under way, by name: each is
+        #: scheduled when that run ends.
+        self._successors: dict[str, Entry] = {}
         self._dispatcher: threading.Thread | None = None
 
     @property
@@ -149,6 +152,32 @@ class Scheduler:
             self.queue.state.entries[entry.name] = entry
             self.queue.push(entry, fire_time)
         return fire_time
+
+    def replace(self, entry: Entry) -> None:
+        """Put *entry* in the place of the entry of its name, or add it. The old entry fires no
+        more; a run of it under way ends first, and *entry* is scheduled then (a task never
+        runs twice at once in this process), with the run requests that came meanwhile."""
+        with self._cond:
+            old = self.queue.state.entries.get(entry.name)
+            self.queue.state.entries[entry.name] = entry
+            if old is not None:
+                old.next_fire_time = None  # skipped where the heap still lists it
+                if old.running:
+                    entry.running = True  # until the old run ends: see _finish
+                    self._successors[entry.name] = entry
+                    return
+            self.queue.push(entry, self.dispatcher.first_fire_time(entry, now=self.clock()))
+
+    def remove(self, name: str) -> bool:
+        """Stop firing the entry *name*; a run of it under way ends as usual. Return False if
+        the name is unknown."""
+        with self._cond:
+            entry = self.queue.state.entries.pop(name, None)
+            self._successors.pop(name, None)
+            if entry is None:
+                return False
+            entry.next_fire_time = None
+            return True
 
     def entries(self) -> list[Entry]:
         with self._cond:
@@ -422,11 +451,27 @@ class Scheduler:
     def _finish(self, entry: Entry, next_time: datetime | None, *, reschedule: bool) -> None:
         with self._cond:
             entry.running = False
+            if self.queue.state.entries.get(entry.name) is not entry:
+                self._replaced(entry)
+                return
             if reschedule:
                 self.queue.push(entry, next_time)
             if entry.pending_request is not None:
                 request, entry.pending_request = entry.pending_request, None
                 self.queue.push_item(entry, self.clock(), request)
+
+    def _replaced(self, entry: Entry) -> None:
+        """The run of *entry*, replaced or removed since it began, has ended: schedule the
+        entry put in its place, if any, with the run request that waited."""
+        successor = self._successors.pop(entry.name, None)
+        if successor is None:
+            return
+        successor.running = False
+        self.queue.push(successor, self.dispatcher.first_fire_time(successor, now=self.clock()))
+        request = entry.pending_request or successor.pending_request
+        entry.pending_request = successor.pending_request = None
+        if request is not None:
+            self.queue.push_item(successor, self.clock(), request)
 
 
 def _label(call: Call) -> str:

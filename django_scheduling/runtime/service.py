@@ -31,6 +31,7 @@ from ..storage import task_rows
 from ..storage.errors import describe_database_error, is_conflict
 from ..tasks.registry import TaskDefinition, TaskRegistry, registry
 from . import maintenance
+from .database_schedules import DatabaseSchedules
 from .firing import FiringPipeline, TaskSpec
 from .keepalive import KeepAlive
 from .outbox import Outbox
@@ -108,6 +109,7 @@ class SchedulerService:
         self.keepalive: KeepAlive | None = None
         self.writer: EndWriter | None = None
         self.maintenance: maintenance.Maintenance | None = None
+        self.schedules: DatabaseSchedules | None = None
         self.outbox = Outbox()
         self._stopped = threading.Event()
         self._stop_done = threading.Event()
@@ -162,9 +164,16 @@ class SchedulerService:
             writer=self.writer,
         )
         pipeline = self.pipeline
+        code = self.definitions
+        schedules = self.schedules = DatabaseSchedules(
+            tasks=self.tasks, conf=conf, only=None if self.complete else [d.name for d in code]
+        )
+        definitions = self._retrying(
+            "reading the schedules in the database", lambda: schedules.load(code)
+        )
         specs = self._retrying(
             "syncing the task rows",
-            lambda: pipeline.specs(self.definitions, complete=self.complete),
+            lambda: pipeline.specs(definitions, complete=self.complete),
         )
         # A process of this host that died holding locks (a restarted dev server) frees them
         # before the first firing, instead of blocking its tasks for lock_at_most_for.
@@ -196,11 +205,12 @@ class SchedulerService:
             scheduler=self.scheduler,
             pipeline=self.pipeline,
             outbox=self.outbox,
-            tasks=(scheduled := _Scheduled(self.scheduler)),
+            tasks=_Scheduled(self.scheduler),
             # Every declared task, when this instance runs only some of them.
             definitions=None
-            if len(scheduled) == len(self.tasks)
+            if self.complete
             else {definition.name: definition for definition in self.tasks},
+            schedules=self.schedules,
         )
         self.maintenance.start()
         logger.info("Scheduler started with %d task(s) as %s", len(specs), conf.instance_name)

@@ -140,11 +140,17 @@ def sync_tasks(
     if complete:
         declared = {name for name, _ in tasks}
         present = manager.filter(removed_at=None).values_list("name", flat=True).iterator()
-        stale = sorted(name for name in present if name not in declared)
-        now_value = datetime_adapter(connections[using])(now)
-        for first in range(0, len(stale), _CHUNK):
-            _update_in_order(using, stale[first : first + _CHUNK], f"{removed} = %s", [now_value])
+        mark_removed([name for name in present if name not in declared], now=now, using=using)
     return states
+
+
+def mark_removed(names: list[str], *, now: datetime, using: str) -> None:
+    """Mark the rows of *names* removed at *now*: no scheduler runs them any more."""
+    removed = connections[using].ops.quote_name(column(ScheduledTask, "removed_at"))
+    now_value = datetime_adapter(connections[using])(now)
+    names = sorted(names)
+    for first in range(0, len(names), _CHUNK):
+        _update_in_order(using, names[first : first + _CHUNK], f"{removed} = %s", [now_value])
 
 
 def _read_rows_to_sync(manager: Any, names: list[str]) -> dict[str, tuple[Any, ...]]:

@@ -1,8 +1,11 @@
-"""The registry of the tasks declared in code, and the ``@scheduled`` decorator.
+"""The registry of the tasks declared in code, with the ``@scheduled`` and ``@schedulable``
+decorators.
 
 ``@scheduled`` records a ``TaskDefinition`` and returns the function unchanged. A definition
 whose options are wrong is recorded with its error instead of raising at import: system checks
 (``manage.py check``) report it, and the scheduler refuses to start while any is left.
+``@schedulable`` records a function that schedules kept in the database may name, without a
+schedule of its own.
 """
 
 from __future__ import annotations
@@ -17,11 +20,19 @@ from ..conf import NAME_LENGTH
 from ..schedules.durations import DurationLike
 from ..schedules.triggers import MissedRuns
 from . import engines
+from .commands import ManagementCommand
 from .configured import configured
 from .definition import TaskDefinition, origin_of
 from .options import declared, invalid
 
-__all__ = ["TaskDefinition", "TaskRegistry", "registry", "scheduled", "autodiscover"]
+__all__ = [
+    "TaskDefinition",
+    "TaskRegistry",
+    "registry",
+    "scheduled",
+    "schedulable",
+    "autodiscover",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +45,52 @@ class TaskRegistry:
     def __init__(self) -> None:
         self._tasks: dict[str, TaskDefinition] = {}
         self.duplicates: list[tuple[TaskDefinition, TaskDefinition]] = []
+        #: What schedules in the database may name (``@schedulable``), by name.
+        self._schedulable: dict[str, Any] = {}
+        #: The mistakes of ``@schedulable``: (where, what).
+        self.schedulable_errors: list[tuple[str, str]] = []
+
+    def allow(self, target: Any, name: Any = None) -> None:
+        """Let schedules in the database name *target* (a function, a django.tasks Task or
+        a Celery task) as *name*, by default its dotted path. Never raises: a mistake is kept
+        in ``schedulable_errors``, for the system checks to report."""
+        origin = _origin_or_repr(target)
+        if name is None:
+            name = origin
+        if not _decoratable(target) or (engines.engine_of(target) is None and not callable(target)):
+            self.schedulable_errors.append(
+                (origin, f"@schedulable marks a function or a task, not {target!r}")
+            )
+        elif not isinstance(name, str) or not name.strip() or len(name) > 255:
+            self.schedulable_errors.append(
+                (
+                    origin,
+                    f"@schedulable(name={name!r}) must be a non-empty string of at most "
+                    "255 characters",
+                )
+            )
+        elif (known := self._schedulable.get(name)) is not None and known is not target:
+            self.schedulable_errors.append(
+                (
+                    origin,
+                    f"two @schedulable targets are named {name!r}: {_origin_or_repr(known)} "
+                    f"and {origin}; give one of them another name='...'",
+                )
+            )
+        else:
+            self._schedulable[name] = target
+
+    def schedulable(self) -> dict[str, Any]:
+        """Return what a schedule in the database may name as its task, by name: the
+        ``@schedulable`` targets, then the functions of the ``@scheduled`` tasks (not the
+        commands of ``SCHEDULING['SCHEDULE']``: those are listed in ``COMMANDS``)."""
+        found = {
+            definition.name: definition.func
+            for definition in self
+            if definition.error is None and not isinstance(definition.func, ManagementCommand)
+        }
+        found.update(self._schedulable)
+        return found
 
     def add(self, func: Any, **options: Any) -> TaskDefinition:
         """Record *func* as a task declared with *options* (those of ``@scheduled``) and
@@ -174,6 +231,31 @@ def scheduled(*given: Any, **options: Any) -> Any:
         return func
 
     return decorate
+
+
+@overload
+def schedulable(func: F, /) -> F: ...
+
+
+@overload
+def schedulable(*, name: str | None = None) -> Callable[[F], F]: ...
+
+
+def schedulable(func: Any = None, /, *, name: str | None = None) -> Any:
+    """Let schedules kept in the database (``models.Schedule``, the admin) run the decorated
+    function, django.tasks Task or Celery task, named *name* (by default its dotted path).
+    It gives it no schedule of its own, and returns it unchanged.
+
+    Nothing stored in the database can make the scheduler import or call anything else: a
+    schedule names a ``@schedulable`` target, a ``@scheduled`` task's function, or a command
+    listed in ``SCHEDULING['COMMANDS']``.
+    """
+
+    def mark(target: F) -> F:
+        registry.allow(target, name)
+        return target
+
+    return mark if func is None else mark(func)
 
 
 def _decoratable(obj: object) -> bool:

@@ -6,7 +6,7 @@ import time
 
 from django.utils import timezone
 
-from django_scheduling import current_fire_time, scheduled, shutdown_requested
+from django_scheduling import current_fire_time, schedulable, scheduled, shutdown_requested
 
 from .models import Execution
 
@@ -26,6 +26,19 @@ def reports_with_arguments(*, full=False):
     """A plain function that a test names in SCHEDULING["SCHEDULE"]; what it returns is not
     kept (only a management command's output is)."""
     return f"report, full={full}"
+
+
+@schedulable(name="record")
+def record_stored(label: str) -> None:
+    """What schedules in the database run in the tests: record the fire time served."""
+    record(label)
+
+
+if os.environ.get("TESTAPP_STORED"):
+    # A code task far from its next firing, which a schedule in the database moves.
+    @scheduled(cron="0 0 0 1 1 *", name="movable")
+    def movable():
+        record("movable")
 
 
 if os.environ.get("TESTAPP_TASKS"):

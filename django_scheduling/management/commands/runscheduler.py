@@ -17,6 +17,7 @@ from django.utils import timezone
 from ...conf import get_settings
 from ...models import ScheduledTask
 from ...observability import metrics
+from ...runtime.database_schedules import DatabaseSchedules
 from ...runtime.service import SchedulerService
 from ...schedules.triggers import TriggerState
 from ...storage.errors import describe_database_error
@@ -156,7 +157,7 @@ class Command(BaseCommand):
         now = timezone.now()
         zone = timezone.get_default_timezone()
         conf = get_settings()
-        definitions = list(registry) if definitions is None else definitions
+        definitions = self._with_database_schedules(definitions)
         rows = self._rows([d.name for d in definitions])
         for definition in definitions:
             if definition.error:
@@ -173,6 +174,22 @@ class Command(BaseCommand):
                 computed = task.trigger.next_fire_time(now=now, state=_state(row))
                 when = _row_state(row, task.dispatch_time(computed))
             self.stdout.write(f"{definition.name}  {task.trigger.describe()}  {when}")
+
+    def _with_database_schedules(self, chosen: list[TaskDefinition] | None) -> list[TaskDefinition]:
+        """Return the tasks to list: the code's (all, or those *chosen*), as the schedules in
+        the database move them, and those schedules when all run here; the code's alone, with
+        a note, when the database cannot say."""
+        code = list(registry) if chosen is None else chosen
+        invalid = [d for d in code if d.error]
+        valid = [d for d in code if not d.error]
+        only = None if chosen is None else [d.name for d in valid]
+        schedules = DatabaseSchedules(tasks=registry, conf=get_settings(), only=only)
+        try:
+            found = schedules.definitions(valid)
+        except DatabaseError as exc:
+            self.stderr.write(f"Showing the code's schedules only: {describe_database_error(exc)}.")
+            return code
+        return sorted(invalid + found, key=lambda d: d.name)
 
     def _rows(self, names: list[str]) -> dict[str, ScheduledTask]:
         """Return the task rows of *names*; none, with a note, when the database cannot say."""
