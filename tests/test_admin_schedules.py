@@ -31,15 +31,19 @@ def code_tasks() -> TaskRegistry:
     return tasks
 
 
-def use_code_tasks(test: TestCase) -> None:
-    """Give the admin, its form and the model's validation the code tasks of ``code_tasks()``
-    until *test* ends."""
-    tasks = code_tasks()
-    for target in (
-        "django_scheduling.admin.registry",
-        "django_scheduling.admin.schedules.registry",
-        "django_scheduling.tasks.registry.registry",
-    ):
+#: Where the admin, its form and the model's validation read the code's tasks.
+REGISTRIES = (
+    "django_scheduling.admin.registry",
+    "django_scheduling.admin.schedules.registry",
+    "django_scheduling.tasks.registry.registry",
+)
+
+
+def use_code_tasks(test: TestCase, tasks: TaskRegistry | None = None) -> None:
+    """Give the admin, its form and the model's validation the code tasks *tasks* (by default
+    ``code_tasks()``) until *test* ends."""
+    tasks = code_tasks() if tasks is None else tasks
+    for target in REGISTRIES:
         patcher = mock.patch(target, tasks)
         patcher.start()
         test.addCleanup(patcher.stop)

@@ -358,6 +358,16 @@ class RunningSchedulerTests(TransactionTestCase):
         self.assertIsNotNone(self.spec("evil"))
         self.assertEqual(Schedule.objects.get(name="evil").error, "")
 
+    def test_a_database_schedule_runs_now_when_asked_in_the_admin(self):
+        self.assertTrue(self.ran.wait(10))  # its first fire time, at start
+        self.ran.clear()
+        ScheduledTask.objects.filter(name="db.first").update(run_requested_at=timezone.now())
+        self.assertTrue(self.ran.wait(10))
+        poll(
+            lambda: TaskRun.objects.filter(task_name="db.first", scheduled_at=None).exists(),
+            timeout=10,
+        )
+
     def test_nothing_changed_costs_one_query(self):
         with CaptureQueriesContext(connection) as queries:
             self.assertFalse(self.refresh())
@@ -373,6 +383,7 @@ class ListTests(TestCase):
         out = io.StringIO()
         with mock.patch("django_scheduling.management.commands.runscheduler.registry", tasks):
             call_command("runscheduler", "--list", *args, stdout=out)
+        self.output = out.getvalue()
         lines = [line.split("  ") for line in out.getvalue().splitlines()]
         return {name: trigger for name, trigger, *_ in lines}
 
@@ -385,3 +396,19 @@ class ListTests(TestCase):
         self.assertEqual(self.listed(), {"db.one": "every 1h", "nightly": "every 15m"})
         # An instance that runs chosen tasks runs no database schedule.
         self.assertEqual(self.listed("--task", "nightly"), {"nightly": "every 15m"})
+        self.assertIn("nightly  every 15m", self.output)
+        self.assertIn("(moved from the code's schedule in the admin)", self.output)
+
+    def test_the_timeline_plans_them_with_their_triggers(self):
+        from django_scheduling.admin.mixins import read_plans
+
+        Schedule.objects.create(name="db.one", task="record", args=["x"], fixed_rate="1h")
+        Schedule.objects.create(name="nightly", override=True, fixed_rate="15m")
+        for name, trigger in (("db.one", "every 1h"), ("nightly", "every 15m")):
+            ScheduledTask.objects.create(name=name, kind="fixed_rate", trigger=trigger)
+        tasks = code_tasks()
+        tasks.allow(record_stored, "record")
+        with mock.patch("django_scheduling.tasks.registry.registry", tasks):
+            plans, _ = read_plans(conf=get_settings(), default_zone=timezone.get_default_timezone())
+        triggers = {plan.name: plan.trigger and plan.trigger.describe() for plan in plans}
+        self.assertEqual(triggers, {"db.one": "every 1h", "nightly": "every 15m"})

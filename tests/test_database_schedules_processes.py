@@ -15,12 +15,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from django.test import TransactionTestCase
+from django.contrib.auth.models import User
+from django.test import Client, TransactionTestCase, override_settings
 
 from django_scheduling.models import Schedule, ScheduledTask, TaskRun
+from django_scheduling.tasks.registry import TaskRegistry
 
 from .processes import Process, poll, process_env, start_schedulers
+from .test_admin_schedules import ADD_URL, back_url, form_data, nightly, use_code_tasks
 from .testapp.models import Execution
+from .testapp.tasks import record_stored
 
 # Every database on Django 6.1 (the subject is the processes and the database).
 pytestmark = [pytest.mark.processes, pytest.mark.sessions("6.1")]
@@ -52,6 +56,7 @@ def ran(label: str, after: datetime | None = None) -> list[datetime]:
     return list(calls.order_by("fire_time").values_list("fire_time", flat=True))
 
 
+@override_settings(SCHEDULING={"COMMANDS": ["record_execution"]})
 class DatabaseScheduleProcessTests(TransactionTestCase):
     def start(self, count: int, **scheduling) -> list[Process]:
         env = process_env(
@@ -61,6 +66,16 @@ class DatabaseScheduleProcessTests(TransactionTestCase):
             SCHEDULING_EXTRA=json.dumps(scheduling),
         )
         return start_schedulers(self, count, env)
+
+    def setUp(self):
+        # The admin of this process knows the code task that the schedulers declare
+        # (TESTAPP_STORED) and what they may run.
+        tasks = TaskRegistry()
+        tasks.add(nightly, cron="0 0 0 1 1 *", name="movable")
+        tasks.allow(record_stored, "record")
+        use_code_tasks(self, tasks)
+        self.admin = Client()
+        self.admin.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
 
     def output(self, processes: list[Process]) -> str:
         return "\n---\n".join(process.output for process in processes)
@@ -95,7 +110,11 @@ class DatabaseScheduleProcessTests(TransactionTestCase):
         Schedule.objects.create(
             name="db.created", task="record", args=["db.created"], fixed_rate="1s"
         )
-        Schedule.objects.create(name="movable", override=True, fixed_rate="1s")
+        # The code task moved in the admin, as an operator would.
+        response = self.admin.post(
+            ADD_URL, form_data(name="movable", override="on", fixed_rate="1s")
+        )
+        self.assertEqual(response.status_code, 302, response.content.decode()[-3000:])
         poll(
             lambda: ran("db.created") and ran("movable"),
             timeout=(IN_EFFECT + timedelta(seconds=1)).total_seconds(),
@@ -113,7 +132,8 @@ class DatabaseScheduleProcessTests(TransactionTestCase):
         stopped = datetime.now(UTC)
         Schedule.objects.filter(name="db.command").update(enabled=False)
         Schedule.objects.filter(name="db.created").delete()
-        Schedule.objects.filter(name="movable").delete()
+        override = Schedule.objects.get(name="movable")
+        self.assertEqual(self.admin.post(back_url(override)).status_code, 302)
         poll(lambda: len(ran("settings.task", after=stopped + IN_EFFECT)) >= 2, timeout=20)
         for label in ("db.command", "db.created", "movable"):
             self.assertEqual(ran(label, after=stopped + IN_EFFECT), [], f"{label} still ran")

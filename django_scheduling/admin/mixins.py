@@ -8,7 +8,7 @@ query and computes their firings from their triggers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +27,12 @@ from django.views.decorators.http import require_GET
 from ..conf import SchedulingSettings
 from ..formats import format_time
 from ..models import ScheduledTask
+from ..runtime.database_schedules import DatabaseSchedules
 from ..schedules import timeline
 from ..schedules.timeline import TaskPlan
 from ..schedules.triggers import Trigger, TriggerState
 from ..tasks import registry as registry_module
+from ..tasks.definition import TaskDefinition
 from ..tasks.resolved import resolve
 from . import charts, trends
 from .views import admin_settings, naturaltime_ago
@@ -182,22 +184,23 @@ def task_plans(
     *,
     conf: SchedulingSettings,
     default_zone: tzinfo,
-    tasks: registry_module.TaskRegistry | None = None,
+    definitions: Mapping[str, TaskDefinition],
 ) -> list[TaskPlan]:
     """Return the plans of *rows*: (name, trigger text, anchor, last fire time, last finished
     at, next fire time) of tasks neither paused nor removed.
 
-    The trigger comes from the task's declaration in *tasks* (the ``@scheduled`` registry), as
-    the scheduler builds it, when it is the trigger stored in the row; otherwise the task is
-    shown at its stored next fire time only.
+    The trigger comes from the task's definition in *definitions* (the code's, as the
+    schedules in the database move them, and those schedules), as the scheduler builds it,
+    when it is the trigger stored in the row; otherwise the task is shown at its stored next
+    fire time only.
     """
-    tasks = registry_module.registry if tasks is None else tasks
     plans = []
     for name, stored, anchor, last_fire, last_finished, next_fire_time in rows:
         state = TriggerState(anchor, last_fire, last_finished)
         trigger: Trigger | None = None
         jitter = conf.jitter
-        if name in tasks and (definition := tasks.get(name)).error is None:
+        definition = definitions.get(name)
+        if definition is not None and definition.error is None:
             task = resolve(definition, conf, default_zone)
             jitter = task.jitter
             if task.described == stored:
@@ -220,4 +223,8 @@ def read_plans(*, conf: SchedulingSettings, default_zone: tzinfo) -> tuple[list[
             paused += 1
         else:
             active.append(tuple(row))
-    return task_plans(active, conf=conf, default_zone=default_zone), paused
+    tasks = registry_module.registry
+    code = [definition for definition in tasks if definition.error is None]
+    found = DatabaseSchedules(tasks=tasks, conf=conf).definitions(code)
+    definitions = {definition.name: definition for definition in found}
+    return task_plans(active, conf=conf, default_zone=default_zone, definitions=definitions), paused

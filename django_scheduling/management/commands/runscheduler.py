@@ -173,7 +173,9 @@ class Command(BaseCommand):
             else:
                 computed = task.trigger.next_fire_time(now=now, state=_state(row))
                 when = _row_state(row, task.dispatch_time(computed))
-            self.stdout.write(f"{definition.name}  {task.trigger.describe()}  {when}")
+            moved = definition.name in registry and definition != registry.get(definition.name)
+            note = "  (moved from the code's schedule in the admin)" if moved else ""
+            self.stdout.write(f"{definition.name}  {task.trigger.describe()}  {when}{note}")
 
     def _with_database_schedules(self, chosen: list[TaskDefinition] | None) -> list[TaskDefinition]:
         """Return the tasks to list: the code's (all, or those *chosen*), as the schedules in
