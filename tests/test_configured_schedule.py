@@ -164,6 +164,16 @@ class CommandTests(SimpleTestCase):
         self.assertEqual(failed.output, "daily line 1\ndaily: 1 line(s) written\n")
         self.assertEqual(type(failed.__cause__).__name__, "CommandError")
 
+    def test_an_error_that_names_its_kind_is_not_named_twice(self):
+        # SystemCheckError's message begins "SystemCheckError: System check identified ...".
+        with self.assertRaises(CommandFailed) as caught:
+            ManagementCommand("check")(deploy=True, fail_level="WARNING", tags=["security"])
+        message = str(caught.exception)
+        self.assertTrue(
+            message.startswith("manage.py check failed: SystemCheckError: System check"), message
+        )
+        self.assertNotIn("SystemCheckError: SystemCheckError", message)
+
     def test_only_the_last_10_kb_are_kept(self):
         output = ManagementCommand(REPORT)("é" * 50, count=2_000)
         self.assertLessEqual(len(output.encode()), OUTPUT_LIMIT)

@@ -29,7 +29,10 @@ class CommandFailed(Exception):
     exception it raised is the ``__cause__``."""
 
     def __init__(self, command: str, error: BaseException, output: CommandOutput) -> None:
-        super().__init__(f"manage.py {command} failed: {type(error).__name__}: {error}")
+        kind, text = type(error).__name__, str(error)
+        # Some errors name their kind themselves (SystemCheckError: "SystemCheckError: ...").
+        said = text if text.startswith(f"{kind}:") else f"{kind}: {text}"
+        super().__init__(f"manage.py {command} failed: {said}")
         self.command, self.output = command, output
 
 
