@@ -162,6 +162,22 @@ class FormValidationTests(TestCase):
         both = self.refused(name="g", task="record", command="scheduling_report", fixed_rate="1m")
         self.assertIn("__all__", both)
 
+    def test_a_duration_or_a_zone_is_wrong_on_its_own_field(self):
+        base = {"task": "record", "args": ["x"], "cron": "0 0 4 * * *"}
+        cases = {
+            "jitter": "soon",
+            "lock_at_most_for": "0s",
+            "lock_at_least_for": "-1m",
+            "zone": "Mars/Olympus",
+        }
+        for field, value in cases.items():
+            with self.subTest(field=field):
+                errors = self.refused(name=field, **base, **{field: value})
+                self.assertEqual(list(errors), [field])
+                self.assertIn(repr(value), errors[field][0])
+        errors = self.refused(name="rate", task="record", args=["x"], fixed_rate="often")
+        self.assertEqual(list(errors), ["fixed_rate"])
+
     def test_a_name_is_unique(self):
         Schedule.objects.create(name="same", task="record", args=["x"], fixed_rate="1m")
         self.assertIn("name", self.refused(name="same", task="record", args=["x"], fixed_rate="1m"))

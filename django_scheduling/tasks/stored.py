@@ -15,7 +15,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..schedules.triggers import make_trigger
+from ..schedules.durations import parse_duration
+from ..schedules.triggers import make_trigger, parse_zone
 from .commands import ManagementCommand, argument_error
 from .definition import TaskDefinition
 from .options import declared, invalid
@@ -171,6 +172,9 @@ def validate(schedule: Schedule) -> None:
         raise ValidationError(
             {"kwargs": 'Give the keyword arguments as a JSON object, e.g. {"full": true}.'}
         )
+    field_errors = _field_errors(row)
+    if field_errors:
+        raise ValidationError(field_errors)
     definition = definition_of(row, tasks=registry, commands=get_settings().commands)
     if definition.error is None:
         return
@@ -178,6 +182,35 @@ def validate(schedule: Schedule) -> None:
     if field is None:
         raise ValidationError(definition.error)
     raise ValidationError({field: definition.error})
+
+
+#: The fields that hold a duration, and whether zero is allowed in each.
+_DURATIONS = {
+    "fixed_rate": False,
+    "fixed_delay": False,
+    "initial_delay": True,
+    "jitter": True,
+    "lock_at_most_for": False,
+    "lock_at_least_for": True,
+}
+
+
+def _field_errors(row: Mapping[str, Any]) -> dict[str, str]:
+    """Return the mistakes that one field shows on its own: a duration or a time zone that
+    cannot be read (the task's checks would name the trigger as a whole)."""
+    errors = {}
+    for field, zero in _DURATIONS.items():
+        if row[field]:
+            try:
+                parse_duration(row[field], name=field, allow_zero=zero)
+            except ValueError as exc:
+                errors[field] = str(exc)
+    if row["zone"]:
+        try:
+            parse_zone(row["zone"])
+        except ValueError as exc:
+            errors["zone"] = str(exc)
+    return errors
 
 
 def _form_field(kind: str | None, row: Mapping[str, Any]) -> str | None:
