@@ -38,6 +38,9 @@ __all__ = ["DatabaseSchedules"]
 
 logger = logging.getLogger(__name__)
 
+#: Rows whose error changes are written this many at a time (a statement's parameters).
+_CHUNK = 500
+
 
 class DatabaseSchedules:
     """What the table applies to one scheduler: the schedules it runs, and its code tasks as
@@ -177,14 +180,19 @@ class DatabaseSchedules:
 
     def _write_errors(self, rows: list[dict[str, Any]], errors: Mapping[str, str]) -> None:
         """Write on each row the error it has now, where it differs from the one it shows,
-        without touching ``updated_at`` (which would count as a change)."""
+        without touching ``updated_at`` (which would count as a change): one statement per
+        distinct error, however many rows have it."""
         from ..models import Schedule
 
-        manager = Schedule.objects.using(self.conf.database)
+        changed: dict[str, list[str]] = {}
         for row in rows:
             error = errors.get(row["name"], "")
-            if row["error"] == error:
-                continue
-            if error:
-                logger.error("Schedule %r in the database cannot run: %s", row["name"], error)
-            manager.filter(name=row["name"]).update(error=error, updated_at=F("updated_at"))
+            if row["error"] != error:
+                changed.setdefault(error, []).append(row["name"])
+                if error:
+                    logger.error("Schedule %r in the database cannot run: %s", row["name"], error)
+        manager = Schedule.objects.using(self.conf.database)
+        for error, names in changed.items():
+            for first in range(0, len(names), _CHUNK):
+                rows_of = manager.filter(name__in=names[first : first + _CHUNK])
+                rows_of.update(error=error, updated_at=F("updated_at"))
