@@ -135,6 +135,16 @@ def task_errors(tasks: TaskRegistry | None = None) -> list[checks.Error]:
         )
         for where, problem in tasks.schedulable_errors
     ]
+    errors += [
+        checks.Error(
+            f"@schedulable(name={name!r}) is also the name of the task {tasks.get(name).origin}: "
+            "a schedule in the database naming it could mean either.",
+            hint="Give the @schedulable target another name='...'.",
+            obj=name,
+            id="django_scheduling.E014",
+        )
+        for name in tasks.shadowing()
+    ]
     return errors
 
 

@@ -8,10 +8,11 @@ the state row lives in ``state``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.db import models
-from django.db.models.functions import Now
+from django.db.models import F
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .conf import NAME_LENGTH
@@ -277,9 +278,10 @@ class MissedChoice(models.TextChoices):
 
 class ScheduleQuerySet(models.QuerySet):
     def update(self, **kwargs: object) -> int:
-        """Update the rows and their ``updated_at``, unless the caller sets it: the running
-        schedulers see a change by that column."""
-        kwargs.setdefault("updated_at", Now())
+        """Update the rows, count the change in their ``revision`` (the running schedulers
+        see changes by it) and set their ``updated_at``, unless the caller sets them."""
+        kwargs.setdefault("revision", F("revision") + 1)
+        kwargs.setdefault("updated_at", timezone.now())
         return super().update(**kwargs)
 
     update.alters_data = True  # type: ignore[attr-defined]
@@ -376,7 +378,16 @@ class Schedule(models.Model):
         help_text=_("Why the schedulers do not run this row, as they last read it."),
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
-    updated_at = models.DateTimeField(_("updated at"), auto_now=True, db_index=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    revision = models.PositiveBigIntegerField(
+        _("revision"),
+        default=1,
+        editable=False,
+        help_text=_(
+            "Counts the row's changes: each save and update adds one, in the database. The "
+            "schedulers see a change by the sum of the revisions, whatever the clocks."
+        ),
+    )
 
     objects = ScheduleQuerySet.as_manager()
 
@@ -391,6 +402,19 @@ class Schedule(models.Model):
     #: Raises ``ValidationError`` for a row that could not run; the app sets it when it is
     #: ready (``tasks.stored.validate``, which knows the code's tasks).
     validator: ClassVar[Callable[[Schedule], None] | None] = None
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save the row, its change counted in ``revision`` by the database (two saves at once
+        count two), and the revision read back."""
+        if self._state.adding:
+            super().save(*args, **kwargs)
+            return
+        self.revision = F("revision") + 1
+        fields = kwargs.get("update_fields")
+        if fields is not None:
+            kwargs["update_fields"] = {*fields, "revision", "updated_at"}
+        super().save(*args, **kwargs)
+        self.refresh_from_db(fields=["revision"])
 
     def clean(self) -> None:
         if Schedule.validator is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import threading
+from dataclasses import replace
 from datetime import timedelta
 from unittest import mock
 
@@ -62,7 +63,8 @@ def code_tasks() -> TaskRegistry:
 
 class DefinitionTests(SimpleTestCase):
     def definition(self, **fields):
-        return definition_of(row(**fields), tasks=code_tasks(), commands=COMMANDS)
+        conf = SchedulingSettings.from_dict({"COMMANDS": COMMANDS})
+        return definition_of(row(**fields), tasks=code_tasks(), conf=conf)
 
     def test_a_schedulable_task_with_its_trigger_and_arguments(self):
         definition = self.definition(
@@ -109,6 +111,24 @@ class DefinitionTests(SimpleTestCase):
         self.assertIn("scheduling_report", command.error)  # its label is required
         none = self.definition(name="d", task="reports.digest")
         self.assertEqual(none.error_field, "trigger")
+
+    def test_what_would_fail_at_every_firing_is_the_error(self):
+        # The default LOCK_AT_MOST_FOR is 10 minutes: a lock held at least an hour cannot be.
+        least = self.definition(
+            name="a", task="reports.digest", fixed_rate="1h", lock_at_least_for="1h"
+        )
+        self.assertEqual(least.error_field, "lock")
+        self.assertIn("lock_at_least_for", least.error)
+        spaced = self.definition(name="report ", task="reports.digest", fixed_rate="1h")
+        self.assertIn("whitespace", spaced.error)
+
+    def test_a_row_that_moves_a_code_task_gives_a_trigger_only(self):
+        for field, value in (("jitter", "5s"), ("args", [1]), ("missed", "skip")):
+            with self.subTest(field=field):
+                moved = self.definition(
+                    name="nightly", override=True, fixed_rate="15m", **{field: value}
+                )
+                self.assertIn(f"clear {field}", moved.error)
 
     def test_one_target_and_a_name_of_its_own(self):
         both = self.definition(
@@ -211,6 +231,14 @@ class SettingsTests(SimpleTestCase):
         self.assertEqual(len(errors), 3, errors)
         self.assertIn("two @schedulable targets are named 'reports.digest'", errors[0][1])
 
+    def test_a_schedulable_name_that_is_a_tasks_name_is_a_check_error(self):
+        tasks = code_tasks()
+        tasks.allow(send_digest, "nightly")
+        errors = [(e.id, e.msg) for e in task_errors(tasks)]
+        self.assertEqual(len(errors), 1, errors)
+        self.assertEqual(errors[0][0], "django_scheduling.E014")
+        self.assertIn("@schedulable(name='nightly') is also the name of the task", errors[0][1])
+
     def test_the_decorator_returns_the_function_and_names_it_by_its_path(self):
         def local():
             pass
@@ -238,13 +266,16 @@ class ReplaceAndRemoveTests(SimpleTestCase):
 
     def test_a_replaced_entry_fires_on_its_new_schedule_only(self):
         scheduler = self.make()
-        old = self.entry("job", timedelta(hours=1), first=now() + timedelta(hours=1))
+        old = self.entry("job", timedelta(milliseconds=50))
         scheduler.add(old)
         scheduler.start()
+        wait_for(lambda: len(old.payload.runs) >= 2)
         new = self.entry("job", timedelta(milliseconds=50))
         scheduler.replace(new)
+        wait_for(lambda: not old.running)
+        count = len(old.payload.runs)
         wait_for(lambda: len(new.payload.runs) >= 3)
-        self.assertEqual(old.payload.runs, [])
+        self.assertEqual(len(old.payload.runs), count)
         self.assertIsNone(old.next_fire_time)
         self.assertIs(scheduler.entry("job"), new)
 
@@ -264,6 +295,40 @@ class ReplaceAndRemoveTests(SimpleTestCase):
         self.assertEqual(len(entry.payload.runs), count)
         self.assertIsNone(scheduler.entry("job"))
         self.assertFalse(scheduler.remove("job"))
+
+    def blocking(self, name="job"):
+        """An entry every 20 ms whose runs wait for the returned event, and the peak number
+        of its runs and its successors' at once (a list, filled as they run)."""
+        release, at_once, peak = threading.Event(), [0], [0]
+        lock = threading.Lock()
+
+        def action():
+            with lock:
+                at_once[0] += 1
+                peak[0] = max(peak[0], at_once[0])
+            release.wait(10)
+            with lock:
+                at_once[0] -= 1
+
+        return self.entry(name, timedelta(milliseconds=20), action=action), release, peak
+
+    def test_an_entry_removed_while_it_runs_then_added_again_waits_for_the_run(self):
+        scheduler = self.make()
+        old, release, peak = self.blocking()
+        scheduler.add(old)
+        scheduler.start()
+        wait_for(lambda: old.running)
+        self.assertTrue(scheduler.remove("job"))  # disabled while it runs...
+        again = Entry("job", replace(old.payload, runs=[]))
+        scheduler.replace(again)  # ...and enabled again before the run ends
+        newer = Entry("job", replace(old.payload, runs=[]))
+        scheduler.replace(newer)  # and changed once more
+        self.assertTrue(newer.running)
+        release.set()
+        wait_for(lambda: len(newer.payload.runs) >= 3)
+        self.assertEqual(peak, [1])
+        self.assertEqual(again.payload.runs, [])  # replaced before it ever ran
+        self.assertGreaterEqual(newer.payload.runs[0][1], old.payload.runs[0][2])
 
     def test_an_entry_replaced_while_it_runs_waits_for_the_runs_end(self):
         scheduler = self.make()
@@ -319,7 +384,6 @@ class RunningSchedulerTests(TransactionTestCase):
     def test_a_created_schedule_runs_and_a_changed_one_starts_afresh(self):
         Schedule.objects.create(name="db.new", task="ran", fixed_rate="100ms")
         self.assertTrue(self.refresh())
-        self.assertTrue(self.ran.wait(10))
         poll(lambda: TaskRun.objects.filter(task_name="db.new").exists(), timeout=10)
         before = self.spec("db.new")
         Schedule.objects.filter(name="db.new").update(fixed_rate="", cron="0 0 4 * * *")
@@ -328,6 +392,8 @@ class RunningSchedulerTests(TransactionTestCase):
         self.assertEqual(row.kind, "cron")
         self.assertIsNone(row.last_fire_time)  # afresh: no fire time of the old trigger
         self.assertIsNot(self.spec("db.new"), before)
+        # Its row shows the new trigger's next fire time, also while it waits for a run.
+        self.assertEqual(ScheduledTask.objects.get(name="db.new").next_fire_time.hour, 4)
         # Scheduled once a run of the old trigger under way has ended.
         poll(lambda: self.spec("db.new").next_fire_time is not None, timeout=10)
         self.assertEqual(self.spec("db.new").next_fire_time.hour, 4)
@@ -345,6 +411,32 @@ class RunningSchedulerTests(TransactionTestCase):
         self.assertTrue(self.refresh())
         self.assertIsNone(self.spec("db.first"))
         self.assertIsNotNone(ScheduledTask.objects.get(name="db.first").removed_at)
+
+    def test_a_schedule_enabled_again_starts_afresh_without_a_backlog(self):
+        began = timezone.now()
+        Schedule.objects.filter(name="db.first").update(enabled=False, missed="run_all")
+        self.assertTrue(self.refresh())
+        # Disabled for a day: 24 hourly fire times passed meanwhile, all before the test.
+        long_ago = began - timedelta(days=1, minutes=30)
+        ScheduledTask.objects.filter(name="db.first").update(
+            anchor=long_ago, last_fire_time=long_ago
+        )
+        enabled_at = timezone.now()
+        Schedule.objects.filter(name="db.first").update(enabled=True)
+        self.assertTrue(self.refresh())
+        row = ScheduledTask.objects.get(name="db.first")
+        self.assertIsNone(row.removed_at)
+        # Afresh: anchored now. (It may have fired at once since, as a new schedule does.)
+        self.assertGreaterEqual(row.anchor, enabled_at)
+        self.assertTrue(row.last_fire_time is None or row.last_fire_time >= enabled_at)
+        fired = self.spec("db.first").state.last_fire_time
+        self.assertTrue(fired is None or fired >= enabled_at, fired)
+        # The missed fire times are long_ago + 1h, + 2h, ...: all half an hour or more before
+        # the test (whose start-up ran the schedule once, seconds before it began).
+        missed = TaskRun.objects.filter(
+            task_name="db.first", scheduled_at__lt=began - timedelta(minutes=10)
+        )
+        self.assertFalse(missed.exists(), "a fire time missed while it was disabled ran")
 
     def test_an_override_moves_a_code_task_and_its_removal_moves_it_back(self):
         code = self.spec("nightly")
@@ -383,6 +475,30 @@ class RunningSchedulerTests(TransactionTestCase):
             lambda: TaskRun.objects.filter(task_name="db.first", scheduled_at=None).exists(),
             timeout=10,
         )
+
+    def test_every_change_is_seen_whatever_the_clocks_and_the_fields_saved(self):
+        schedule = Schedule.objects.get(name="db.first")
+        schedule.fixed_rate = "2h"
+        schedule.save(update_fields=["fixed_rate"])
+        self.assertTrue(self.refresh())
+        self.assertEqual(self.spec("db.first").trigger.describe(), "every 2h")
+        # Stamped by a clock an hour behind that of the newest change (another row's).
+        Schedule.objects.create(name="db.newest", task="ran", fixed_rate="1h", enabled=False)
+        self.assertTrue(self.refresh())
+        an_hour_ago = timezone.now() - timedelta(hours=1)
+        Schedule.objects.filter(name="db.first").update(fixed_rate="3h", updated_at=an_hour_ago)
+        self.assertTrue(self.refresh())
+        self.assertEqual(self.spec("db.first").trigger.describe(), "every 3h")
+        # Two saves of one row, each from a copy read before either: both count.
+        first, second = Schedule.objects.get(name="db.first"), Schedule.objects.get(name="db.first")
+        first.fixed_rate = "4h"
+        first.save()
+        self.assertTrue(self.refresh())
+        second.fixed_rate = "5h"
+        second.save()
+        self.assertEqual(second.revision, first.revision + 1)
+        self.assertTrue(self.refresh())
+        self.assertEqual(self.spec("db.first").trigger.describe(), "every 5h")
 
     def test_nothing_changed_costs_one_query(self):
         with CaptureQueriesContext(connection) as queries:

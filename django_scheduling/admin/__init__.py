@@ -221,8 +221,11 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
                 lock_holder=Subquery(held.values("locked_by")[:1]),
                 lock_held_until=Subquery(held.values("lock_until")[:1]),
                 last_success_at=last_success(),
+                # Moved by an override the schedulers apply: enabled, and without an error.
                 moved=Exists(
-                    Schedule.objects.filter(name=OuterRef("name"), override=True, enabled=True)
+                    Schedule.objects.filter(
+                        name=OuterRef("name"), override=True, enabled=True, error=""
+                    )
                 ),
             )
             .order_by(*self.get_ordering(request))
@@ -268,6 +271,8 @@ class ScheduledTaskAdmin(TrendsMixin, TaskControlMixin, ReadOnlyAdmin):
             "can_move": name in registry
             and request.user.has_perm("django_scheduling.add_schedule"),
             "can_move_back": request.user.has_perm("django_scheduling.delete_schedule"),
+            "can_see_schedules": request.user.has_perm("django_scheduling.view_schedule")
+            or request.user.has_perm("django_scheduling.change_schedule"),
             **(extra_context or {}),
         }
         return super().change_view(request, object_id, form_url, context)

@@ -1,9 +1,9 @@
 """The schedules kept in the database, applied to a running scheduler.
 
 At start, and then every ``SCHEDULES_POLL_INTERVAL`` on the maintenance thread, each instance
-asks the table whether anything changed: one query on the indexed ``updated_at`` (the newest
-change, and the number of rows for deletions). Only when something did does it read the rows,
-work out each one's task (``tasks/stored.py``) and apply the difference:
+asks the table whether anything changed: one aggregate query (the number of rows, the highest
+id, the sum of the revisions that each save and update counts). Only when something did does
+it read the rows, work out each one's task (``tasks/stored.py``) and apply the difference:
 
 - a new or changed schedule, or a code task moved or moved back, takes its new entry in the
   scheduler; a changed trigger starts afresh, as at a redeploy (``sync_tasks``);
@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import Count, F, Max
+from django.db.models import Count, F, Max, Sum
 
 from ..conf import SchedulingSettings
 from ..storage import task_rows
@@ -99,12 +99,18 @@ class DatabaseSchedules:
             else:
                 changed.append(code)  # moved back to the code's schedule
         if changed:
-            specs = pipeline.specs(changed, complete=False)
+            # A schedule back after it was disabled, deleted or wrong does not run a backlog.
+            back = self.stored([definition.name for definition in changed])
+            specs = pipeline.specs(changed, complete=False, afresh=back)
             for spec in specs:
                 scheduler.replace(spec)
-            task_rows.publish_next_fire_times(
-                {spec.name: spec.next_fire_time for spec in specs}, using=self.conf.database
-            )
+            # An entry that waits for a run of the one it replaced is scheduled when that run
+            # ends; its row shows its next fire time meanwhile, not none.
+            times = {
+                spec.name: spec.next_time(now) if spec.running else spec.next_fire_time
+                for spec in specs
+            }
+            task_rows.publish_next_fire_times(times, using=self.conf.database)
         for name in gone:
             scheduler.remove(name)
         if gone:
@@ -123,6 +129,10 @@ class DatabaseSchedules:
             )
         self.applied, self._fingerprint = applied, fingerprint
         return True
+
+    def stored(self, names: list[str]) -> list[str]:
+        """Return those of *names* that are schedules of the table, not code tasks."""
+        return [name for name in names if self._code(name) is None]
 
     def _with(
         self, code: list[TaskDefinition], applied: Mapping[str, TaskDefinition]
@@ -155,8 +165,11 @@ class DatabaseSchedules:
         schedules when it runs them), by name, and the error of each row that cannot run."""
         applied: dict[str, TaskDefinition] = {}
         errors: dict[str, str] = {}
+        allowed = self.tasks.schedulable()  # once per read, not per row
         for row in rows:
-            definition = stored.definition_of(row, tasks=self.tasks, commands=self.conf.commands)
+            definition = stored.definition_of(
+                row, tasks=self.tasks, conf=self.conf, allowed=allowed
+            )
             if definition.error is not None:
                 errors[row["name"]] = definition.error
             elif not row["enabled"]:
@@ -169,18 +182,20 @@ class DatabaseSchedules:
         return applied, errors
 
     def _read_fingerprint(self) -> tuple[Any, ...]:
-        """Return what tells a change in the table: its newest ``updated_at`` and its number
-        of rows (a deletion). Read before the rows: a change in between is read next time."""
+        """Return what tells a change in the table: the number of rows, the highest id (a row
+        created in place of a deleted one) and the sum of the revisions (each committed save
+        or update adds one, counted by the database: no clock and no commit order can hide
+        it). Read before the rows: a change in between is read next time."""
         from ..models import Schedule
 
         found = Schedule.objects.using(self.conf.database).aggregate(
-            changed=Max("updated_at"), count=Count("pk")
+            count=Count("pk"), newest=Max("pk"), revisions=Sum("revision")
         )
-        return (found["changed"], found["count"])
+        return (found["count"], found["newest"], found["revisions"])
 
     def _write_errors(self, rows: list[dict[str, Any]], errors: Mapping[str, str]) -> None:
         """Write on each row the error it has now, where it differs from the one it shows,
-        without touching ``updated_at`` (which would count as a change): one statement per
+        without counting a change (``revision`` and ``updated_at`` stay): one statement per
         distinct error, however many rows have it."""
         from ..models import Schedule
 
@@ -195,4 +210,4 @@ class DatabaseSchedules:
         for error, names in changed.items():
             for first in range(0, len(names), _CHUNK):
                 rows_of = manager.filter(name__in=names[first : first + _CHUNK])
-                rows_of.update(error=error, updated_at=F("updated_at"))
+                rows_of.update(error=error, updated_at=F("updated_at"), revision=F("revision"))

@@ -128,9 +128,11 @@ class Scheduler:
         self._random = random.Random()
         self.queue = DelayQueue()
         self._cond = self.queue.cond
-        #: The entries put in the place of one whose run was under way, by name: each is
-        #: scheduled when that run ends.
-        self._successors: dict[str, Entry] = {}
+        #: The entries put in the place of one whose run was under way, by name, with the
+        #: entry whose run they wait for: each is scheduled when that run ends.
+        self._successors: dict[str, tuple[Entry, Entry]] = {}
+        #: The entries removed while they ran, by name, until their run ends.
+        self._draining: dict[str, Entry] = {}
         self._dispatcher: threading.Thread | None = None
 
     @property
@@ -155,28 +157,45 @@ class Scheduler:
 
     def replace(self, entry: Entry) -> None:
         """Put *entry* in the place of the entry of its name, or add it. The old entry fires no
-        more; a run of it under way ends first, and *entry* is scheduled then (a task never
-        runs twice at once in this process), with the run requests that came meanwhile."""
+        more; a run of an entry of that name under way (the old one's, or that of one removed
+        since) ends first, and *entry* is scheduled then, with the run requests that came
+        meanwhile: a task never runs twice at once in this process."""
+        name = entry.name
         with self._cond:
-            old = self.queue.state.entries.get(entry.name)
-            self.queue.state.entries[entry.name] = entry
+            old = self.queue.state.entries.get(name)
+            self.queue.state.entries[name] = entry
             if old is not None:
                 old.next_fire_time = None  # skipped where the heap still lists it
-                if old.running:
-                    entry.running = True  # until the old run ends: see _finish
-                    self._successors[entry.name] = entry
-                    return
+            waiting = self._successors.get(name)
+            awaited: Entry | None
+            if waiting is not None:
+                # *old* waited for a run that goes on: *entry* waits for it in its place.
+                awaited = waiting[0]
+            elif old is not None and old.running:
+                awaited = old
+            else:
+                awaited = self._draining.get(name)
+            if awaited is not None:
+                entry.running = True  # until the awaited run ends: see _replaced
+                if old is not None and old.pending_request is not None:
+                    entry.pending_request = entry.pending_request or old.pending_request
+                self._successors[name] = (awaited, entry)
+                return
             self.queue.push(entry, self.dispatcher.first_fire_time(entry, now=self.clock()))
 
     def remove(self, name: str) -> bool:
-        """Stop firing the entry *name*; a run of it under way ends as usual. Return False if
-        the name is unknown."""
+        """Stop firing the entry *name*; a run of it under way ends as usual, and an entry of
+        that name added meanwhile waits for it. Return False if the name is unknown."""
         with self._cond:
             entry = self.queue.state.entries.pop(name, None)
-            self._successors.pop(name, None)
+            waiting = self._successors.pop(name, None)
             if entry is None:
                 return False
             entry.next_fire_time = None
+            if waiting is not None:
+                self._draining[name] = waiting[0]  # the run *entry* waited for goes on
+            elif entry.running:
+                self._draining[name] = entry
             return True
 
     def entries(self) -> list[Entry]:
@@ -462,10 +481,15 @@ class Scheduler:
 
     def _replaced(self, entry: Entry) -> None:
         """The run of *entry*, replaced or removed since it began, has ended: schedule the
-        entry put in its place, if any, with the run request that waited."""
-        successor = self._successors.pop(entry.name, None)
-        if successor is None:
+        entry that waited for it, if any, with the run request that waited."""
+        name = entry.name
+        if self._draining.get(name) is entry:
+            del self._draining[name]
+        waiting = self._successors.get(name)
+        if waiting is None or waiting[0] is not entry:
             return
+        del self._successors[name]
+        successor = waiting[1]
         successor.running = False
         self.queue.push(successor, self.dispatcher.first_fire_time(successor, now=self.clock()))
         request = entry.pending_request or successor.pending_request

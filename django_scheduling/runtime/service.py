@@ -173,7 +173,11 @@ class SchedulerService:
         )
         specs = self._retrying(
             "syncing the task rows",
-            lambda: pipeline.specs(definitions, complete=self.complete),
+            lambda: pipeline.specs(
+                definitions,
+                complete=self.complete,
+                afresh=schedules.stored([d.name for d in definitions]),
+            ),
         )
         # A process of this host that died holding locks (a restarted dev server) frees them
         # before the first firing, instead of blocking its tasks for lock_at_most_for.

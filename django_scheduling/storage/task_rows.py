@@ -9,7 +9,7 @@ count is the answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -63,9 +63,18 @@ _CHUNK = 500
 
 
 def sync_tasks(
-    tasks: Iterable[tuple[str, Trigger]], *, now: datetime, using: str, complete: bool
+    tasks: Iterable[tuple[str, Trigger]],
+    *,
+    now: datetime,
+    using: str,
+    complete: bool,
+    afresh: Collection[str] = (),
 ) -> dict[str, TriggerState]:
     """Create or update the rows of *tasks* and return each one's state.
+
+    The tasks named in *afresh* whose rows are marked removed (a schedule in the database
+    disabled, deleted or wrong, and back) start afresh too: the fire times they missed while
+    they were gone are not run. Only the first instance to bring a row back resets it.
 
     A changed trigger starts afresh, as a new task would: a new anchor, and no last fire time,
     so that no fire time of the old trigger, and none from before the change, is run (or
@@ -115,9 +124,13 @@ def sync_tasks(
         for name, trigger in batch:
             _, kind, stored, removed_at, anchor, last_fire, last_finished = rows[name]
             described = describe(trigger)
-            if stored != described or kind != trigger.kind:
+            changed = stored != described or kind != trigger.kind
+            if changed or (removed_at is not None and name in afresh):
                 anchor, last_fire, last_finished = trigger.initial_anchor(now=now), None, None
-                manager.filter(name=name).update(
+                row = manager.filter(name=name)
+                if not changed:  # back: only if no other instance brought it back first
+                    row = row.filter(removed_at__isnull=False)
+                if not row.update(
                     trigger=described,
                     kind=trigger.kind,
                     anchor=anchor,
@@ -125,7 +138,10 @@ def sync_tasks(
                     last_finished_at=None,
                     next_fire_time=None,
                     removed_at=None,
-                )
+                ):
+                    _, _, _, _, anchor, last_fire, last_finished = _read_rows_to_sync(
+                        manager, [name]
+                    )[name]
             elif removed_at is not None:
                 removed_again.append(name)
             key: tuple[Any, Any, Any] = tuple(

@@ -80,6 +80,10 @@ class TaskRegistry:
         else:
             self._schedulable[name] = target
 
+    def shadowing(self) -> list[str]:
+        """Return the ``@schedulable`` names that are also the names of tasks of the code."""
+        return sorted(name for name in self._schedulable if name in self._tasks)
+
     def schedulable(self) -> dict[str, Any]:
         """Return what a schedule in the database may name as its task, by name: the
         ``@schedulable`` targets, then the functions of the ``@scheduled`` tasks (not the

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
+from ..conf import SchedulingSettings
 from ..schedules.durations import parse_duration
 from ..schedules.triggers import make_trigger, parse_zone
 from .commands import ManagementCommand, argument_error
 from .definition import TaskDefinition
 from .options import declared, invalid
+from .resolved import resolve
 
 if TYPE_CHECKING:
     from ..models import Schedule
@@ -55,11 +58,34 @@ def label(name: str) -> str:
 
 
 def definition_of(
-    row: Mapping[str, Any], *, tasks: TaskRegistry, commands: Sequence[str]
+    row: Mapping[str, Any],
+    *,
+    tasks: TaskRegistry,
+    conf: SchedulingSettings,
+    allowed: Mapping[str, Any] | None = None,
 ) -> TaskDefinition:
     """Return the task that *row* (the ``FIELDS`` of a ``Schedule``) declares, with the code's
-    *tasks* and the *commands* that rows may run. Never raises: a mistake is the definition's
-    error."""
+    *tasks* and the settings *conf* (the commands rows may run, the lock times by default).
+    *allowed* is ``tasks.schedulable()``, when the caller has it already. Never raises: a
+    mistake is the definition's error."""
+    definition = _declared(row, tasks, conf.commands, allowed)
+    if definition.error is not None:
+        return definition
+    # What the settings make of it must hold too: a lock held at least longer than the
+    # default most, a name a lock cannot take, would fail at every firing.
+    try:
+        resolve(definition, conf, UTC).lock_configuration()
+    except ValueError as exc:
+        return _wrong(row["name"], str(exc), field="lock")
+    return definition
+
+
+def _declared(
+    row: Mapping[str, Any],
+    tasks: TaskRegistry,
+    commands: Sequence[str],
+    allowed: Mapping[str, Any] | None,
+) -> TaskDefinition:
     name = row["name"]
     trigger = {key: row[key] for key in TRIGGER_FIELDS if row[key]}
     if row["override"]:
@@ -76,7 +102,7 @@ def definition_of(
             field="name",
         )
     if row["task"]:
-        allowed = tasks.schedulable()
+        allowed = tasks.schedulable() if allowed is None else allowed
         target = allowed.get(row["task"])
         if target is None:
             return _wrong(
@@ -125,6 +151,14 @@ def _moved(
             "a row that moves a code task names no task or command; clear them",
             field="target",
         )
+    extra = [field for field, empty in _NOT_MOVED.items() if row[field] != empty]
+    if extra:
+        return _wrong(
+            name,
+            f"a row that moves a code task gives it a trigger only (the other options stay the "
+            f"code's); clear {', '.join(extra)}",
+            field="moved",
+        )
     if name not in tasks or (code := tasks.get(name)).error is not None:
         return _wrong(
             name,
@@ -138,6 +172,18 @@ def _moved(
     except (ValueError, TypeError) as exc:
         return _wrong(name, str(exc), field="trigger")
     return dataclasses.replace(code, trigger_options=options)
+
+
+#: The fields a row that moves a code task leaves as they are by default: the code's own
+#: options apply.
+_NOT_MOVED = {
+    "args": [],
+    "kwargs": {},
+    "missed": "coalesce",
+    "jitter": "",
+    "lock_at_most_for": "",
+    "lock_at_least_for": "",
+}
 
 
 def _wrong(name: str, error: str, *, field: str) -> TaskDefinition:
@@ -175,7 +221,7 @@ def validate(schedule: Schedule) -> None:
     field_errors = _field_errors(row)
     if field_errors:
         raise ValidationError(field_errors)
-    definition = definition_of(row, tasks=registry, commands=get_settings().commands)
+    definition = definition_of(row, tasks=registry, conf=get_settings())
     if definition.error is None:
         return
     field = _form_field(definition.error_field, row)
@@ -217,6 +263,8 @@ def _form_field(kind: str | None, row: Mapping[str, Any]) -> str | None:
     """Return the form's field that a mistake of *kind* belongs to (None: the whole form)."""
     if kind in ("task", "command"):
         return kind
+    if kind == "moved":
+        return None
     if kind == "function":
         return "kwargs" if row["kwargs"] and not row["args"] else "args"
     if kind == "trigger":

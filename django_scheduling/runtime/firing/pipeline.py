@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, tzinfo
 
 from ...clock import utcnow
@@ -158,14 +158,18 @@ class FiringPipeline:
 
     # -- set-up --------------------------------------------------------------------------------
 
-    def specs(self, definitions: list[TaskDefinition], *, complete: bool) -> list[TaskSpec]:
-        """Build the specs of *definitions* and bring their rows in step with the code."""
+    def specs(
+        self, definitions: list[TaskDefinition], *, complete: bool, afresh: Collection[str] = ()
+    ) -> list[TaskSpec]:
+        """Build the specs of *definitions* and bring their rows in step with the code; those
+        named in *afresh* start afresh if their rows were removed (see ``sync_tasks``)."""
         resolved = [resolve(d, self.conf, self.default_zone) for d in definitions]
         states = task_rows.sync_tasks(
             [(task.name, task.trigger) for task in resolved],
             now=self.clock(),
             using=self.using,
             complete=complete,
+            afresh=afresh,
         )
         return [TaskSpec(name=task.name, task=task, _state=states[task.name]) for task in resolved]
 
