@@ -413,6 +413,10 @@ class RunningSchedulerTests(TransactionTestCase):
         self.assertIsNotNone(ScheduledTask.objects.get(name="db.first").removed_at)
 
     def test_a_schedule_enabled_again_starts_afresh_without_a_backlog(self):
+        # Its first fire time, at start, is over: no firing of it is under way (one deciding
+        # now would read the row edited below).
+        self.assertTrue(self.ran.wait(10))
+        poll(lambda: not self.spec("db.first").running, timeout=10)
         began = timezone.now()
         Schedule.objects.filter(name="db.first").update(enabled=False, missed="run_all")
         self.assertTrue(self.refresh())
