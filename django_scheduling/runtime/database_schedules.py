@@ -115,18 +115,10 @@ class DatabaseSchedules:
             scheduler.remove(name)
         if gone:
             task_rows.mark_removed(gone, now=now, using=self.conf.database)
-        if changed or gone:
-            logger.info(
-                "Schedules in the database: %s",
-                "; ".join(
-                    part
-                    for part in (
-                        f"applied {', '.join(d.name for d in changed)}" if changed else "",
-                        f"stopped {', '.join(gone)}" if gone else "",
-                    )
-                    if part
-                ),
-            )
+        if changed:
+            logger.info("Schedules in the database: applied %s", ", ".join(d.name for d in changed))
+        if gone:
+            logger.info("Schedules in the database: stopped %s", ", ".join(gone))
         self.applied, self._fingerprint = applied, fingerprint
         return True
 

@@ -57,7 +57,7 @@ class TaskRegistry:
         origin = _origin_or_repr(target)
         if name is None:
             name = origin
-        if not _decoratable(target) or (engines.engine_of(target) is None and not callable(target)):
+        if not _decoratable(target):
             self.schedulable_errors.append(
                 (origin, f"@schedulable marks a function or a task, not {target!r}")
             )
@@ -90,7 +90,7 @@ class TaskRegistry:
         commands of ``SCHEDULING['SCHEDULE']``: those are listed in ``COMMANDS``)."""
         found = {
             definition.name: definition.func
-            for definition in self
+            for definition in self._tasks.values()
             if definition.error is None and not isinstance(definition.func, ManagementCommand)
         }
         found.update(self._schedulable)

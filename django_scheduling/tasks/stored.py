@@ -48,8 +48,10 @@ FIELDS = (
     "lock_at_least_for",
     "error",
 )
-#: The form's field that a mistake of each kind (``TaskOptions.error_field``) belongs to.
-_FORM_FIELDS = {"lock": "lock_at_most_for", "name": "name", "target": None, "entry": None}
+#: The form's field that a mistake of each kind (``TaskOptions.error_field``) belongs to; the
+#: other kinds (no target or two, a move with options) belong to the whole form. Mistakes of
+#: the trigger and the arguments: see ``_form_field``.
+_FORM_FIELDS = {"task": "task", "command": "command", "name": "name", "lock": "lock_at_most_for"}
 
 
 def label(name: str) -> str:
@@ -261,13 +263,9 @@ def _field_errors(row: Mapping[str, Any]) -> dict[str, str]:
 
 def _form_field(kind: str | None, row: Mapping[str, Any]) -> str | None:
     """Return the form's field that a mistake of *kind* belongs to (None: the whole form)."""
-    if kind in ("task", "command"):
-        return kind
-    if kind == "moved":
-        return None
     if kind == "function":
         return "kwargs" if row["kwargs"] and not row["args"] else "args"
     if kind == "trigger":
         given = [key for key in TRIGGER_FIELDS if row[key]]
         return given[0] if len(given) == 1 else None
-    return _FORM_FIELDS.get(kind or "", None)
+    return _FORM_FIELDS.get(kind or "")
