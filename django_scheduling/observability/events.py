@@ -7,7 +7,8 @@ published here by the firing path and delivered, in the order published, on the
 alerts: ``subscribe()``), each guarded, then to the receivers of the public signal, with
 ``send_robust``. So no observer holds up the path that runs tasks and releases their locks, and
 no receiver that raises (``SystemExit`` included) stops the others or the thread. A thread
-that dies anyway is started again by the next event.
+that dies anyway is started again by the next event. While the scheduler starts a burst of
+firings, the thread waits a moment before it delivers (``bursts``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 
 from django.db import close_old_connections
 from django.dispatch import Signal
+
+from ..bursts import bursts
 
 __all__ = ["Active", "RunEvents", "run_events"]
 
@@ -115,6 +118,7 @@ class RunEvents:
                     signal: [handler for handler, active in handlers if active()]
                     for signal, handlers in self._observers.items()
                 }
+            bursts.wait()  # the workers first, while they start a burst
             for signal, sender, kwargs in events:
                 self._deliver(observers.get(signal, []), signal, sender, kwargs)
             del events  # not kept while the thread waits

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from ..bursts import Burst, bursts
 from ..clock import utcnow
 from ..context import shutdown_requested, stopping_context
 from .calls import Call, Dispatcher, Entry, Outcome, RunRequest
@@ -51,22 +52,26 @@ CLAIM_THREADS = 2
 
 class _Calls:
     """Claimed firings whose time has come, run in order by the pool workers that drain
-    them: a burst hands thousands over at once, and not one pool item each."""
+    them: a burst hands thousands over at once, and not one pool item each. While they are
+    being taken up, the threads that wait on ``bursts`` hold back (see ``bursts``)."""
 
-    __slots__ = ("calls", "scheduler")
+    __slots__ = ("burst", "calls", "scheduler")
 
-    def __init__(self, scheduler: Scheduler, calls: list[Call]) -> None:
+    def __init__(self, scheduler: Scheduler, calls: list[Call], burst: Burst | None) -> None:
         self.scheduler = scheduler
         calls.reverse()  # taken from the end: the first one first
         self.calls = calls
+        self.burst = burst
 
     def __call__(self) -> None:
-        calls, run = self.calls, self.scheduler._run_call
+        calls, run, burst = self.calls, self.scheduler._run_call, self.burst
         while True:
             try:
                 call = calls.pop()  # atomic: each call is taken by one worker
             except IndexError:
                 return
+            if not calls and burst is not None:
+                burst.started()  # the last one taken up (two workers may both say so)
             run(call)
 
 
@@ -417,7 +422,9 @@ class Scheduler:
                         self._run_call(rest)
                     return
             return
-        work = _Calls(self, calls)
+        # A burst (at a stop, those claimed ahead wait for their times: no burst).
+        burst = bursts.begin() if len(calls) > 1 and not self.stopping else None
+        work = _Calls(self, calls, burst)
         for _ in range(min(len(calls), self.pool.max_size)):
             try:
                 self.pool.submit(work, label="claimed firings", must_run=True)

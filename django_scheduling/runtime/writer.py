@@ -8,6 +8,9 @@ locks. The order matters: a lock is released only once its run's end is stored, 
 holder sees it. Should that transaction fail, each write is made on its own, and a database
 error keeps it in the outbox: the runs happened.
 
+While the scheduler starts a burst of firings, this thread waits a moment before it writes
+(``bursts``): the ends can be recorded a few milliseconds later, the starts cannot.
+
 Without its thread (``start()`` not called, or after ``stop()``), each end is written on the
 thread that hands it in.
 """
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, connections, transaction
 
+from ..bursts import bursts
 from ..locking import BaseLockProvider, Lock, LockError
 from ..storage import history
 from ..storage.connections import KeptConnection
@@ -127,7 +131,10 @@ class EndWriter:
                     )
                 items, self._items = self._items, []
                 self._busy = True
+                stopping = self._stopped
             try:
+                if not stopping:
+                    bursts.wait()  # the workers first, while they start a burst
                 self._write(items)
             except BaseException:
                 # Nothing that a write or a call back raises may end this thread: the ends
