@@ -1,5 +1,6 @@
 """While the scheduler starts a burst of firings, the writer and the run events wait for it:
-at most ``wait_at_most`` after the burst began, and the writer not at a stop.
+at most ``wait_at_most`` after the burst began, and the writer not at a stop. And the table of
+the runs under way, which the workers of a burst change without a lock.
 
 The waits are watched through a frozen clock: with it, a waiter can only return once the burst
 is started, so a test knows it is waiting once it has read the clock, without a sleep.
@@ -18,6 +19,7 @@ from django_scheduling.bursts import Bursts
 from django_scheduling.locking import DatabaseLockProvider
 from django_scheduling.observability.events import RunEvents
 from django_scheduling.runtime.calls import Entry, FunctionCall
+from django_scheduling.runtime.firing.invoke import Underway, _Running
 from django_scheduling.runtime.outbox import Outbox
 from django_scheduling.runtime.scheduler import Scheduler
 from django_scheduling.runtime.writer import EndWriter, Finished
@@ -211,3 +213,41 @@ class WaitersTests(TransactionTestCase):
         burst.started()
         self.assertTrue(events.drain(DEADLINE))
         self.assertEqual(heard, ["job"])
+
+
+class UnderwayTests(SimpleTestCase):
+    """The runs of a process, changed by the workers without a lock: what each step leaves."""
+
+    def setUp(self):
+        self.underway = Underway()
+        self.runs = {name: mock.Mock(name=name) for name in ("a", "b", "c")}
+        for name, run in self.runs.items():
+            run.spec.name = name
+        self.underway.add_claimed(list(self.runs.values()))
+
+    def test_a_started_run_is_no_longer_claimed(self):
+        self.underway.started("a")
+        running, claimed = self.underway.take(["a", "b"])
+        self.assertEqual((running, claimed), ([], [self.runs["b"]]))
+        # Taken once: a second shutdown pass finds nothing more.
+        self.assertEqual(self.underway.take(["a", "b"]), ([], []))
+
+    def test_the_runs_being_called_are_read_as_a_copy(self):
+        first = _Running(run_id=1, held=None)
+        self.underway.begin("a", first)
+        seen = self.underway.running()
+        self.underway.begin("b", _Running(run_id=2, held=None))
+        self.underway.end("a")
+        self.assertEqual(seen, {"a": first})  # what was running when it was read
+        self.assertEqual(list(self.underway.running()), ["b"])
+        self.assertEqual(list(self.underway.durations()), ["b"])
+        running, _ = self.underway.take(["a", "b"])
+        self.assertEqual([item.run_id for item in running], [2])
+
+    def test_claims_added_after_the_table_emptied_are_kept(self):
+        for name in self.runs:
+            self.underway.started(name)
+        later = mock.Mock()
+        later.spec.name = "d"
+        self.underway.add_claimed([later])
+        self.assertEqual(self.underway.take(["d"]), ([], [later]))

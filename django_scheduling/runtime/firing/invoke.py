@@ -71,28 +71,62 @@ class _Ended:
 
 
 class Underway:
-    """The runs of this process: claimed and waiting to start, and running, by task name."""
+    """The runs of this process: claimed and waiting to start, and running, by task name.
+
+    The worker threads change the two tables one key at a time, with no lock of their own: a
+    dict's single store or pop is atomic (under the GIL, and by the dict's own lock in a
+    free-threaded build), and the readers work on a copy. A lock taken here three times per
+    run made the workers of a burst queue on it, each handing the GIL over as it waited:
+    1,000 ``lock=False`` tasks due every second (``benchmarks/bench_end_to_end.py``, SQLite)
+    cost each of the four workers about 1,800 voluntary context switches in 10 s with it, and
+    about 60 without. The lock orders what is not one step: a burst's claims added, the
+    table emptied, the runs taken at a shutdown.
+    """
 
     def __init__(self) -> None:
-        self.mutex = threading.Lock()
-        self.claimed: dict[str, ClaimedRun] = {}
-        self.running: dict[str, _Running] = {}
+        self._lock = threading.Lock()
+        self._claimed: dict[str, ClaimedRun] = {}
+        self._running: dict[str, _Running] = {}
 
     def add_claimed(self, runs: list[ClaimedRun]) -> None:
-        with self.mutex:
+        with self._lock:
             for run in runs:
-                self.claimed[run.spec.name] = run
+                self._claimed[run.spec.name] = run
 
     def started(self, name: str) -> None:
-        with self.mutex:
-            self.claimed.pop(name, None)
-            if not self.claimed:
-                self.claimed.clear()  # frees the table a burst grew (a pop never shrinks it)
+        """The claimed run of *name* starts (or is handed to its engine)."""
+        claimed = self._claimed
+        claimed.pop(name, None)
+        if not claimed:
+            with self._lock:  # not while a batch of claims is being added
+                if not claimed:
+                    claimed.clear()  # frees the table a burst grew (a pop never shrinks it)
+
+    def begin(self, name: str, running: _Running) -> None:
+        """The task *name* is being called."""
+        self._running[name] = running
+
+    def end(self, name: str) -> None:
+        self._running.pop(name, None)
+
+    def running(self) -> dict[str, _Running]:
+        """The runs being called now (a copy)."""
+        return self._running.copy()
 
     def durations(self) -> dict[str, float]:
         now = time.monotonic()
-        with self.mutex:
-            return {name: now - running.begun for name, running in self.running.items()}
+        return {name: now - running.begun for name, running in self.running().items()}
+
+    def take(self, names: list[str]) -> tuple[list[_Running], list[ClaimedRun]]:
+        """Return the runs of *names* being called, and take those claimed that never
+        started (a shutdown: the pool has stopped)."""
+        running = self.running()
+        with self._lock:
+            claimed = [self._claimed.pop(name, None) for name in names]
+        return (
+            [running[name] for name in names if name in running],
+            [run for run in claimed if run is not None],
+        )
 
 
 class Invoker(HandOver):
@@ -210,14 +244,11 @@ class Invoker(HandOver):
         """Call the task once, noted as running meanwhile; return how it ended."""
         timeout = spec.timeout
         deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
-        underway = self.underway
-        with underway.mutex:
-            underway.running[spec.name] = _Running(run.run_id, held, deadline, timeout)
+        self.underway.begin(spec.name, _Running(run.run_id, held, deadline, timeout))
         try:
             return self._call(spec, run, deadline)
         finally:
-            with underway.mutex:
-                underway.running.pop(spec.name, None)
+            self.underway.end(spec.name)
 
     def _call(self, spec: TaskSpec, run: ClaimedRun, deadline: float | None) -> _Ended:
         """Call the task; a run longer than its timeout ends *timed out*, with a
@@ -269,18 +300,17 @@ class Invoker(HandOver):
     def watch_timeouts(self, monotonic: float) -> list[str]:
         """Report, once each, the runs of this process that have passed their timeout by
         *monotonic* (``time.monotonic()``); return their tasks' names. No I/O: the history
-        row tells the rest of the world by its ``timeout_at``."""
-        underway = self.underway
-        with underway.mutex:
-            late = [
-                (name, running)
-                for name, running in underway.running.items()
-                if running.deadline is not None
-                and not running.reported
-                and monotonic >= running.deadline
-            ]
-            for _, running in late:
-                running.reported = True
+        row tells the rest of the world by its ``timeout_at``. Called by one thread (the
+        maintenance thread's)."""
+        late = [
+            (name, running)
+            for name, running in self.underway.running().items()
+            if running.deadline is not None
+            and not running.reported
+            and monotonic >= running.deadline
+        ]
+        for _, running in late:
+            running.reported = True
         for name, running in late:
             logger.warning(
                 "Run %s of %s has passed its timeout of %s: it is reported as timed out, and "

@@ -247,12 +247,9 @@ class FiringPipeline:
     def interrupted(self, names: list[str]) -> None:
         """Mark the runs of *names*, still running at shutdown, as interrupted, and release
         their locks: this process is about to exit, and another instance may take over."""
-        underway = self.underway
-        with underway.mutex:
-            running = [underway.running[name] for name in names if name in underway.running]
-            # Claimed, but the pool shut down before they started: their fire times are spent
-            # (at most once), their locks are released here.
-            claimed = [underway.claimed.pop(name) for name in names if name in underway.claimed]
+        # Those claimed, but the pool shut down before they started: their fire times are
+        # spent (at most once), their locks are released here.
+        running, claimed = self.underway.take(names)
         held = [item.held for item in running]
         held += [run.take_lock() for run in claimed]
         for lock in held:
