@@ -4,10 +4,11 @@ At a busy instant the scheduler hands hundreds of claimed firings to its workers
 they start them one after another. Each start is a little Python, so how late the last one
 starts depends on how much of the GIL the workers get in those milliseconds. The threads that
 only deal with what runs leave behind (the writer that records their ends and releases their
-locks, the thread that delivers the run events) would take their share exactly then. So they
-ask ``bursts.wait()`` first: it returns once every burst being started is taken up by the
-workers, and never later than ``WAIT_AT_MOST`` after the latest burst began, so a burst that
-is never reported as started costs them one short wait, not a stall.
+locks, the thread that delivers the run events) and the maintenance thread's pass would take
+their share exactly then. So they ask ``bursts.wait()`` first: it returns once every burst
+being started is taken up by the workers, and never later than ``WAIT_AT_MOST`` after the
+latest burst began, so a burst that is never reported as started costs them one short wait,
+not a stall.
 
 Measured, 1,000 ``lock=False`` tasks due every second on SQLite, one ``runscheduler``
 (``benchmarks/bench_end_to_end.py``): the p99 of the delay from fire time to start, over ten
@@ -96,5 +97,6 @@ class Bursts:
                 self._cond.wait(left)
 
 
-#: The bursts of this process: its schedulers begin them, the writer and the run events wait.
+#: The bursts of this process: its schedulers begin them; the writer, the run events and the
+#: maintenance thread wait for them.
 bursts = Bursts()

@@ -16,10 +16,12 @@ from django.dispatch import Signal
 from django.test import SimpleTestCase, TransactionTestCase
 
 from django_scheduling.bursts import Bursts
+from django_scheduling.conf import get_settings
 from django_scheduling.locking import DatabaseLockProvider
 from django_scheduling.observability.events import RunEvents
 from django_scheduling.runtime.calls import Entry, FunctionCall
 from django_scheduling.runtime.firing.invoke import Underway, _Running
+from django_scheduling.runtime.maintenance import Maintenance
 from django_scheduling.runtime.outbox import Outbox
 from django_scheduling.runtime.scheduler import Scheduler
 from django_scheduling.runtime.writer import EndWriter, Finished
@@ -158,12 +160,13 @@ class SchedulerBurstTests(SimpleTestCase):
 
 
 class WaitersTests(TransactionTestCase):
-    """The writer and the run events' thread wait while a burst is being started."""
+    """The writer, the run events' thread and the maintenance thread wait while a burst is
+    being started."""
 
     def setUp(self):
         self.clock = FrozenClock()
         self.bursts = Bursts(clock=self.clock)
-        for module in ("runtime.writer", "observability.events"):
+        for module in ("runtime.writer", "observability.events", "runtime.maintenance"):
             patcher = mock.patch(f"django_scheduling.{module}.bursts", self.bursts)
             patcher.start()
             self.addCleanup(patcher.stop)
@@ -213,6 +216,26 @@ class WaitersTests(TransactionTestCase):
         burst.started()
         self.assertTrue(events.drain(DEADLINE))
         self.assertEqual(heard, ["job"])
+
+    def test_the_maintenance_pass_comes_once_the_burst_is_started(self):
+        class NoScheduler:
+            def run_now(self, name, request):
+                return False
+
+            def wake(self, predicate):
+                return []
+
+        maintenance = Maintenance(
+            conf=get_settings(), scheduler=NoScheduler(), pipeline=None, outbox=Outbox(), tasks={}
+        )
+        before = maintenance.last_pass
+        burst = self.bursts.begin()
+        maintenance.start()
+        self.addCleanup(maintenance.stop, DEADLINE)
+        poll_until(lambda: "scheduling-maintenance" in self.clock.readers)
+        self.assertEqual(maintenance.last_pass, before)
+        burst.started()
+        poll_until(lambda: maintenance.last_pass != before)
 
 
 class UnderwayTests(SimpleTestCase):

@@ -7,7 +7,8 @@ task that backs off try again at once. Once per ``HOUSEKEEPING_INTERVAL`` it fre
 dead processes of this host, and one instance marks lost runs, asks for their recovery
 (``recover=True``), prunes the history and deletes the rows of instances gone for a day. Once
 per ``HEARTBEAT_INTERVAL`` it records this instance's heartbeat. None of this runs on the
-dispatcher or on the keep-alive thread.
+dispatcher or on the keep-alive thread, and a pass waits while a burst of firings is being
+started (``bursts``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Now
 
 from .. import process
+from ..bursts import bursts
 from ..clock import utcnow
 from ..conf import SchedulingSettings
 from ..locking import LockConfiguration, LockError, get_lock_provider
@@ -105,6 +107,7 @@ class Maintenance:
 
     def _loop(self) -> None:
         while not self._stopped.is_set():
+            bursts.wait()  # the workers first, while they start a burst
             self.tick(time.monotonic())
             self._stopped.wait(POLL_INTERVAL)
 
