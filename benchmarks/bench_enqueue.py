@@ -33,7 +33,9 @@ What it counts, over a window of ``--seconds`` whole seconds after a ``--warmup`
   django-crontask: each row is matched to the latest whole second at or before its
   ``enqueued_at`` (its trigger's fire times are the whole seconds).
 - *Celery*: a thread of this process pops the messages off the Redis list as they arrive
-  (``RPOP``/``BRPOP``: consumed, never run) and notes when. Ours: the message's id is the run's
+  (``RPOP``/``BRPOP``: consumed, never run) and notes when; a message with an ``eta`` (ours,
+  for a burst published ahead of its fire time: a worker holds it until then) counts as
+  arriving at its ``eta`` if it came earlier. Ours: the message's id is the run's
   ``result_id``, hence its fire time. celery beat: its messages carry no fire time, and an
   interval schedule counts from the last send (``last_run_at`` is set when an entry is sent), so
   a task's fire times are not on a grid: its lateness is the gap between two consecutive sends
@@ -247,10 +249,14 @@ class Consumer(threading.Thread):
         self.join(5)
 
     def messages(self) -> list[tuple[float, str, str]]:
-        """Return ``(arrival, task name, message id)`` of each message."""
+        """Return ``(arrival, task name, message id)`` of each message. A message with an
+        ``eta`` (ours: a burst published ahead of its fire time) counts as arriving then, if
+        it came earlier: no worker runs it before."""
         out = []
         for arrival, raw in self.received:
             headers = json.loads(raw)["headers"]
+            if headers.get("eta"):
+                arrival = max(arrival, datetime.fromisoformat(headers["eta"]).timestamp())
             out.append((arrival, headers["task"], headers["id"]))
         return out
 

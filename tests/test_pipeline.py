@@ -218,6 +218,39 @@ class CeleryBatchTests(Instances):
             {(run.status, run.backend) for run in runs}, {(RunStatus.ENQUEUED, "celery")}
         )
 
+    def test_a_batch_claimed_ahead_of_its_time_is_published_at_once_to_run_at_it(self):
+        definitions = [
+            self.registry.add(
+                celery_record, name=f"c{i:03}", fixed_rate="10s", kwargs={"name": "c"}
+            )
+            for i in range(5)
+        ]
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        self.clock.now = T0 - timedelta(milliseconds=500)  # a burst claimed ahead
+        outcomes = a.batch(entries, T0)
+        # Handed to the pool at once, not kept in the delay queue until T0...
+        self.assertEqual([call.at for call in outcomes], [None] * 5)
+        self.assertEqual(a.run_calls(entries, outcomes), 5)
+        # ...for the worker to hold until then.
+        messages = [json.loads(raw) for raw in self.redis.lrange(self.queue, 0, -1)]
+        self.assertEqual(len(messages), 5)
+        self.assertEqual({message["headers"]["eta"] for message in messages}, {T0.isoformat()})
+        self.assertEqual(
+            set(TaskRun.objects.values_list("status", "scheduled_at")), {(RunStatus.ENQUEUED, T0)}
+        )
+
+    def test_a_batch_claimed_at_its_time_is_published_without_an_eta(self):
+        definition = self.registry.add(
+            celery_record, name="c", fixed_rate="10s", kwargs={"name": "c"}
+        )
+        a = self.instance("a")
+        entries = a.entries([definition])
+        outcomes = a.batch(entries, T0)
+        self.assertEqual(a.run_calls(entries, outcomes), 1)
+        message = json.loads(self.redis.lindex(self.queue, 0))
+        self.assertIsNone(message["headers"]["eta"])
+
 
 class BoundedQueueTests(Instances):
     """A bounded queue keeps its rejection policies, and its firings are still claimed in

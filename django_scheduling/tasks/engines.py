@@ -147,10 +147,10 @@ def enqueue(
 ) -> Enqueued:
     """Enqueue one call of the task *obj* on its engine and return where it went.
 
-    django.tasks only: a task enqueued with *run_after* waits until then (a firing claimed
-    ahead of its time; the backend must support deferring). Celery only: a worker that
-    receives the message after *expires* drops it, and one that runs it for longer than
-    *time_limit* ends it (Celery's ``time_limit``).
+    A task enqueued with *run_after* (a firing claimed ahead of its time) waits until then:
+    django.tasks' ``run_after`` (the backend must support deferring), Celery's ``eta``. Celery
+    only: a worker that receives the message after *expires* drops it, and one that runs it
+    for longer than *time_limit* ends it (Celery's ``time_limit``).
     """
     if engine == DJANGO_TASKS:
         if run_after is not None:
@@ -158,6 +158,8 @@ def enqueue(
         result = obj.enqueue(*args, **kwargs)
         return Enqueued(backend_name(obj, engine), str(result.id))
     options: dict[str, Any] = {}
+    if run_after is not None:
+        options["eta"] = run_after
     if expires is not None:
         options["expires"] = expires
     if time_limit is not None:

@@ -329,8 +329,10 @@ class Claimer:
         slots = {id(claim): slot for slot, claim in enumerate(locked_runs)}
         claimed = []
         for claim in runs:
-            handler = self.invoker if claim.spec.definition.engine is None else self.enqueuer
-            run = ClaimedRun(handler, claim, waiting, slots.get(id(claim), -1))
+            spec = claim.spec
+            handler = self.invoker if spec.definition.engine is None else self.enqueuer
+            ahead = handler is self.enqueuer and self.enqueuer.publishes_ahead(spec)
+            run = ClaimedRun(handler, claim, waiting, slots.get(id(claim), -1), ahead=ahead)
             claimed.append(run)
             outcomes[claim.index] = run
         self.underway.add_claimed(claimed)

@@ -7,6 +7,12 @@ its own; a publish that fails is tried again, with a growing wait, until the fir
 A crash between the claim and the publish loses that fire time (its run, left "running", is
 later marked lost); a publish that fails for good is a failed run, and the task fires again at
 its next fire time.
+
+A burst claimed ahead of its time is enqueued at once, to run at its time: in the claim's
+transaction with django.tasks' ``run_after``, or, on Celery, published right after the claim
+with the message's ``eta``. A Celery worker holds such a message until then. So a burst's
+messages are on the queue when their time comes, rather than published one after another from
+that moment (about half a millisecond of Python each).
 """
 
 from __future__ import annotations
@@ -86,6 +92,12 @@ class Enqueuer(HandOver):
             )
         return found
 
+    def publishes_ahead(self, spec: TaskSpec) -> bool:
+        """Return whether a firing of *spec* claimed ahead of its time is published at once,
+        for its engine to hold until then: Celery (the message's ``eta``), when the enqueue
+        does not commit with the claim."""
+        return spec.definition.engine == engines.CELERY
+
     # -- in the claim's transaction ------------------------------------------------------------
 
     def enqueue_claimed(self, claims: list[Claim], started: datetime) -> None:
@@ -123,7 +135,10 @@ class Enqueuer(HandOver):
             run=run.run_id,
         )
         if run.handed is None:
-            run.handed = self._publish(spec, fire_time, started, savepoint=False)
+            run_after = run.run_after if run.run_after and run.run_after > started else None
+            run.handed = self._publish(
+                spec, fire_time, started, savepoint=False, run_after=run_after
+            )
         handed = run.handed
         spec.state = replace(spec.state, last_finished=handed.finished)
         run.duration, run.exc = handed.finished - started, handed.exc

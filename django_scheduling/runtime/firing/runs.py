@@ -102,6 +102,7 @@ class ClaimedRun(Call):
         "planned",
         "recorded",
         "recovery_of",
+        "run_after",
         "run_id",
         "seen",
         "slot",
@@ -115,8 +116,13 @@ class ClaimedRun(Call):
         claim: Claim,
         waiting: WaitingLocks | None,
         slot: int,
+        *,
+        ahead: bool = False,
     ) -> None:
-        super().__init__(claim.at)
+        # Claimed ahead of its time, it starts then; or, *ahead*, it is handed over at once,
+        # and its engine holds it until then (``run_after``).
+        super().__init__(None if ahead else claim.at)
+        self.run_after = claim.at if ahead else None
         self.handler = handler
         self.spec: TaskSpec = claim.spec
         self.fire_time = claim.fire_time
