@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 import celery
 import pytest
@@ -679,3 +680,20 @@ class OutcomeWatchTests(TransactionTestCase):
         self.assertEqual((done.status, done.outcome), (RunStatus.SUCCEEDED, "success"))
         self.assertEqual((dropped.status, dropped.outcome), (RunStatus.FAILED, "revoked"))
         self.assertIn("it expired before a worker took it", dropped.error_message)
+
+    def test_celery_states_are_read_in_one_round_trip(self):
+        backend = celery_app.backend
+        ids = [f"watch-{os.getpid()}-{i}" for i in range(3)]
+        self.addCleanup(
+            redis.Redis.from_url(REDIS_URL).delete, *[backend.get_key_for_task(i) for i in ids]
+        )
+        backend.store_result(ids[0], None, "SUCCESS")
+        backend.mark_as_revoked(ids[1], reason="expired")
+        mget = mock.Mock(wraps=backend.mget)
+        with (
+            mock.patch.object(backend, "mget", mget),
+            mock.patch.object(backend, "get", side_effect=AssertionError("one GET per result")),
+        ):
+            found = engines.states("celery", ids)
+        self.assertEqual(found, {ids[0]: "SUCCESS", ids[1]: "REVOKED", ids[2]: "PENDING"})
+        self.assertEqual(mget.call_count, 1)
