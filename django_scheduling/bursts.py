@@ -6,9 +6,10 @@ starts depends on how much of the GIL the workers get in those milliseconds. The
 only deal with what runs leave behind (the writer that records their ends and releases their
 locks, the thread that delivers the run events) and the maintenance thread's pass would take
 their share exactly then. So they ask ``bursts.wait()`` first: it returns once every burst
-being started is taken up by the workers, and never later than ``WAIT_AT_MOST`` after the
-latest burst began, so a burst that is never reported as started costs them one short wait,
-not a stall.
+being started is taken up by the workers, and never later than ``WAIT_AT_MOST`` from the
+call, nor than ``WAIT_AT_MOST`` after the latest burst began: bursts that follow each other
+without a gap (a scheduler that cannot keep up) delay each pass of those threads by at most
+that, and a burst that is never reported as started costs them one short wait, not a stall.
 
 Measured with 1,000 ``lock=False`` tasks due every second on SQLite, one ``runscheduler``
 (``benchmarks/bench_end_to_end.py``), seven runs each, one after the other: the p99 of the
@@ -89,11 +90,14 @@ class Bursts:
             return self._starting
 
     def wait(self) -> None:
-        """Return once no burst is being started, or once the latest began ``wait_at_most``
-        ago."""
+        """Return once no burst is being started, and never later than ``wait_at_most`` from
+        now (bursts that follow each other, as when the scheduler cannot keep up, must not
+        hold a waiter for longer), nor than ``wait_at_most`` after the latest burst began (a
+        burst never said started holds nobody for long)."""
         with self._cond:
+            deadline = self.clock() + self.wait_at_most
             while self._starting:
-                left = self._until - self.clock()
+                left = min(self._until, deadline) - self.clock()
                 if left <= 0:
                     return
                 self._cond.wait(left)

@@ -95,6 +95,17 @@ class BurstsTests(SimpleTestCase):
         waiter.join(DEADLINE)
         self.assertFalse(waiter.is_alive())
 
+    def test_bursts_that_follow_each_other_hold_a_waiter_no_longer_than_wait_at_most(self):
+        self.bursts.begin()
+        waiter = self.waiter()
+        poll_until(lambda: "waiter" in self.clock.readers)
+        for _ in range(3):  # a new burst every 30 ms, none started yet
+            self.clock.now += 0.03
+            self.bursts.begin()
+        waiter.join(DEADLINE)  # woken by its wait of 0.05 s (real time), past its deadline
+        self.assertFalse(waiter.is_alive())
+        self.assertEqual(self.bursts.starting, 4)
+
     def test_a_waiter_held_by_a_burst_goes_on_when_its_time_is_up(self):
         self.bursts.begin()
         waiter = self.waiter()
