@@ -41,6 +41,7 @@ from django_scheduling.observability.events import run_events
 from django_scheduling.observability.outcomes import WATCH_FOR, OutcomeWatch
 from django_scheduling.runtime.firing import FiringPipeline
 from django_scheduling.runtime.scheduler import Entry, RunRequest
+from django_scheduling.runtime.service import WARM_UP_TIMEOUT, _warm_up_engines
 from django_scheduling.tasks import engines
 from django_scheduling.tasks.registry import TaskRegistry
 from tests.engines_celery import REDIS_URL
@@ -522,6 +523,27 @@ class CeleryTests(TransactionTestCase):
             pass
 
         return refresh_feeds
+
+    def test_the_start_connects_to_the_broker_before_the_first_publish(self):
+        app = Celery("warm", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
+        self.addCleanup(app.close)
+
+        @app.task
+        def warmed():
+            pass
+
+        definition = self.registry.add(warmed, fixed_rate="1h", name="warmed")
+        _warm_up_engines([definition])
+        with app.producer_pool.acquire(block=False) as producer:
+            self.assertTrue(producer.connection.connected)  # not connected until used, else
+
+    def test_a_broker_that_is_down_at_the_start_delays_it_no_longer_than_the_warm_up(self):
+        definition = self.registry.add(self.down_task(), fixed_rate="1h", name="feeds")
+        started = time.monotonic()
+        with self.assertLogs("django_scheduling.runtime.service", "WARNING") as logs:
+            _warm_up_engines([definition])
+        self.assertLess(time.monotonic() - started, WARM_UP_TIMEOUT + 1.0)
+        self.assertIn("Could not connect to the Celery broker at start", logs.output[0])
 
     def test_a_broker_that_is_down_is_tried_until_the_deadline_then_fails_the_run(self):
         definition = self.registry.add(self.down_task(), fixed_rate="2s", name="feeds")

@@ -9,6 +9,7 @@ writes, recovery after an outage, housekeeping).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -26,9 +27,11 @@ from django.utils import timezone
 
 from ..conf import SchedulingSettings, get_settings
 from ..locking import LockError, get_lock_provider
+from ..observability.deadline import call_with_deadline
 from ..observability.events import run_events
 from ..storage import task_rows
 from ..storage.errors import describe_database_error, is_conflict
+from ..tasks import engines
 from ..tasks.registry import TaskDefinition, TaskRegistry, registry
 from . import maintenance
 from .database_schedules import DatabaseSchedules
@@ -66,6 +69,23 @@ def current_service() -> SchedulerService | None:
     """Return the scheduler service started in this process (by autostart or
     ``runscheduler``), if any."""
     return _current if _current_pid == os.getpid() else None
+
+
+#: How long the start waits for the engines' brokers (``_warm_up_engines``), in seconds.
+WARM_UP_TIMEOUT = 2.0
+
+
+def _warm_up_engines(definitions: Iterable[TaskDefinition]) -> None:
+    """Connect to the brokers of the tasks that enqueue, before the first firing (see
+    ``engines.warm_up``). A broker that does not answer within ``WARM_UP_TIMEOUT`` delays the
+    start by no more: its first publish connects, or fails and is retried, as any other."""
+    objs = [d.func for d in definitions if d.engine == engines.CELERY]
+    if not objs:
+        return
+    try:
+        call_with_deadline(functools.partial(engines.warm_up, objs), timeout=WARM_UP_TIMEOUT)
+    except Exception as exc:  # the broker is down or slow: the firings will say so
+        logger.warning("Could not connect to the Celery broker at start: %s", exc)
 
 
 def _make_current(service: SchedulerService) -> None:
@@ -200,6 +220,7 @@ class SchedulerService:
             "publishing the next fire times",
             lambda: task_rows.publish_next_fire_times(first_times, using=conf.database),
         )
+        _warm_up_engines(definitions)
         close_old_connections()
         self.keepalive.start()  # before the first firing can run
         self.writer.start()

@@ -13,7 +13,7 @@ import importlib
 import inspect
 import logging
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +28,7 @@ __all__ = [
     "backend_name",
     "commits_with",
     "states",
+    "warm_up",
     "FINAL_STATES",
 ]
 
@@ -166,6 +167,20 @@ def enqueue(
         options["time_limit"] = time_limit.total_seconds()
     async_result = obj.apply_async(list(args), dict(kwargs), **options)
     return Enqueued(CELERY, str(async_result.id))
+
+
+def warm_up(objs: Iterable[Any]) -> None:
+    """Open ahead of the first firing what an engine opens on its first enqueue and keeps:
+    for the Celery tasks among *objs*, each app's broker connection (in its producer pool)
+    and its result backend, with the modules of their transports. Measured on Redis, a
+    process's first publish took about 40 ms more than the next ones (0.5 ms), and the workers
+    of a burst paid it together. May wait on the broker, and raise what it raises: call it
+    with a deadline."""
+    apps = {id(obj.app): obj.app for obj in objs if engine_of(obj) == CELERY}
+    for app in apps.values():
+        with app.producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=1)
+        app.backend  # noqa: B018  # made on first use, per thread; its modules once
 
 
 #: The result states that end a run on a worker, by engine state: whether the worker ran it
