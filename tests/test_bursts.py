@@ -26,6 +26,8 @@ from django_scheduling.runtime.outbox import Outbox
 from django_scheduling.runtime.scheduler import Scheduler
 from django_scheduling.runtime.writer import EndWriter, Finished
 
+from .test_reliability import NoScheduler
+
 DEADLINE = 10.0
 
 
@@ -229,13 +231,6 @@ class WaitersTests(TransactionTestCase):
         self.assertEqual(heard, ["job"])
 
     def test_the_maintenance_pass_comes_once_the_burst_is_started(self):
-        class NoScheduler:
-            def run_now(self, name, request):
-                return False
-
-            def wake(self, predicate):
-                return []
-
         maintenance = Maintenance(
             conf=get_settings(), scheduler=NoScheduler(), pipeline=None, outbox=Outbox(), tasks={}
         )

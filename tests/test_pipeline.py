@@ -195,13 +195,16 @@ class CeleryBatchTests(Instances):
         self.redis.delete(self.queue)
         self.addCleanup(self.redis.delete, self.queue)
 
-    def test_a_batch_is_claimed_together_then_published_by_the_pool(self):
-        definitions = [
+    def celery_tasks(self, count: int) -> list:
+        return [
             self.registry.add(
                 celery_record, name=f"c{i:03}", fixed_rate="10s", kwargs={"name": "c"}
             )
-            for i in range(20)
+            for i in range(count)
         ]
+
+    def test_a_batch_is_claimed_together_then_published_by_the_pool(self):
+        definitions = self.celery_tasks(20)
         a = self.instance("a")
         entries = a.entries(definitions)
         outcomes = a.batch(entries, T0)
@@ -219,12 +222,7 @@ class CeleryBatchTests(Instances):
         )
 
     def test_a_batch_claimed_ahead_of_its_time_is_published_at_once_to_run_at_it(self):
-        definitions = [
-            self.registry.add(
-                celery_record, name=f"c{i:03}", fixed_rate="10s", kwargs={"name": "c"}
-            )
-            for i in range(5)
-        ]
+        definitions = self.celery_tasks(5)
         a = self.instance("a")
         entries = a.entries(definitions)
         self.clock.now = T0 - timedelta(milliseconds=500)  # a burst claimed ahead
@@ -241,11 +239,8 @@ class CeleryBatchTests(Instances):
         )
 
     def test_a_batch_claimed_at_its_time_is_published_without_an_eta(self):
-        definition = self.registry.add(
-            celery_record, name="c", fixed_rate="10s", kwargs={"name": "c"}
-        )
         a = self.instance("a")
-        entries = a.entries([definition])
+        entries = a.entries(self.celery_tasks(1))
         outcomes = a.batch(entries, T0)
         self.assertEqual(a.run_calls(entries, outcomes), 1)
         message = json.loads(self.redis.lindex(self.queue, 0))

@@ -47,6 +47,16 @@ def table_gone(model):
             cursor.execute(f"ALTER TABLE {table}_away RENAME TO {table}")
 
 
+class NoScheduler:
+    """A scheduler for a maintenance pass to talk to, with no tasks: it runs nothing."""
+
+    def run_now(self, name, request):
+        return False
+
+    def wake(self, predicate):
+        return []
+
+
 class Base(TransactionTestCase):
     def entry(self, runner, definition):
         (spec,) = runner.specs([definition], complete=False)
@@ -460,13 +470,6 @@ class ThreadTests(TransactionTestCase):
             instance="x",
             locked_at=now - 10 * SECOND,
         )
-
-        class NoScheduler:
-            def run_now(self, name, request):
-                return False
-
-            def wake(self, predicate):
-                return []
 
         maintenance = Maintenance(
             conf=get_settings(), scheduler=NoScheduler(), pipeline=None, outbox=Outbox(), tasks={}
