@@ -94,8 +94,8 @@ class Enqueuer(HandOver):
 
     def publishes_ahead(self, spec: TaskSpec) -> bool:
         """Return whether a firing of *spec* claimed ahead of its time is published at once,
-        for its engine to hold until then: Celery (the message's ``eta``), when the enqueue
-        does not commit with the claim."""
+        for its engine to hold until then: Celery, with the message's ``eta`` (a Celery
+        enqueue never commits with the claim)."""
         return spec.definition.engine == engines.CELERY
 
     # -- in the claim's transaction ------------------------------------------------------------
