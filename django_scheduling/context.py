@@ -19,7 +19,7 @@ __all__ = [
     "cancel_requested",
     "current_fire_time",
     "shutdown_requested",
-    "firing_context",
+    "set_firing",
     "stopping_context",
 ]
 
@@ -94,17 +94,13 @@ def cancel_requested() -> bool:
     return (deadline is not None and time.monotonic() >= deadline) or shutdown_requested()
 
 
-@contextmanager
-def firing_context(fire_time: datetime | None, deadline: float | None = None) -> Iterator[None]:
+def set_firing(fire_time: datetime | None, deadline: float | None = None) -> None:
     """Make *fire_time* the current fire time, and *deadline* (on the ``time.monotonic()``
-    clock) the time the run passes its timeout, while the block runs."""
-    token = _fire_time.set(fire_time)
-    deadline_token = _deadline.set(deadline)
-    try:
-        yield
-    finally:
-        _deadline.reset(deadline_token)
-        _fire_time.reset(token)
+    clock) the time the run passes its timeout, in the current context: call it in a copy of
+    the context that ends with the run (``contextvars.copy_context().run``), which drops both
+    with it."""
+    _fire_time.set(fire_time)
+    _deadline.set(deadline)
 
 
 @contextmanager

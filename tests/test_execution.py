@@ -95,6 +95,15 @@ class ExecutionTests(TransactionTestCase):
         # The lock was released: another instance could take it now.
         self.assertLessEqual(TaskLock.objects.get(name="job").lock_until, datetime.now(UTC))
 
+    def test_a_run_logs_its_start_and_its_end_at_info(self):
+        runner = make_runner("a", self.clock)
+        entry = self.entry(runner, self.task(Calls(), fixed_rate="10s"))
+        with self.assertLogs("django_scheduling.runtime.firing.invoke", "INFO") as logs:
+            runner.run(entry, T0)
+        started, ended = (record.getMessage() for record in logs.records)
+        self.assertEqual(started, f"Running job (scheduled for {T0.isoformat()})")
+        self.assertRegex(ended, r"^Task job succeeded in \d+\.\d ms$")
+
     def test_a_failing_task_is_recorded_and_keeps_its_schedule(self):
         runner = make_runner("a", self.clock)
         entry = self.entry(runner, self.task(Calls(ValueError("bad <input>")), fixed_rate="10s"))

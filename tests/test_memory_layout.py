@@ -166,6 +166,17 @@ class TaskSpecTests(SimpleTestCase):
         self.assertIs(first.state, second.state)
         self.assertEqual(first.state, TriggerState(T0, T0))
 
+    def test_the_end_of_a_run_is_kept_only_by_a_trigger_that_counts_from_it(self):
+        rate = self.spec()
+        shared = rate.state
+        rate.finished(T0)
+        self.assertIs(rate.state, shared)  # the fixed rate never reads it
+        definition = TaskRegistry().add(lambda: None, fixed_delay="1s", name="delay")
+        task = resolve(definition, get_settings(), UTC)
+        delay = TaskSpec(name="delay", task=task, _state=TriggerState(T0, T0))
+        delay.finished(T0 + timedelta(seconds=3))
+        self.assertEqual(delay.state, TriggerState(T0, T0, T0 + timedelta(seconds=3)))
+
 
 # -- the runner and its writer, on the database ----------------------------------------------
 

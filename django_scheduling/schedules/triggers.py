@@ -36,6 +36,7 @@ __all__ = [
     "parse_zone",
     "jitter_offset",
     "kept_state",
+    "reads_last_finished",
     "MISSED_COUNT_LIMIT",
 ]
 
@@ -83,7 +84,7 @@ def kept_state(trigger: Trigger, state: TriggerState) -> TriggerState:
     After a burst, the thousands of tasks on one cron line are in one state, and keep one
     object instead of one each (with a datetime of its own for the end of each run).
     """
-    if getattr(trigger, "uses_last_finished", True):
+    if reads_last_finished(trigger):
         return state  # the end of each run: a state per task, nothing to share
     if state.last_finished is not None:
         state = TriggerState(state.anchor, state.last_fire_time)
@@ -91,6 +92,11 @@ def kept_state(trigger: Trigger, state: TriggerState) -> TriggerState:
     if len(_kept_states) > _KEPT_STATES_MAX:
         _kept_states.clear()  # the states of past fire times: those in use stay shared
     return kept
+
+
+def reads_last_finished(trigger: Trigger) -> bool:
+    """Return whether *trigger* counts from the end of the last run (see ``Trigger``)."""
+    return getattr(trigger, "uses_last_finished", True)
 
 
 class Trigger(Protocol):

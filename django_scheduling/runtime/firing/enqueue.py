@@ -140,7 +140,7 @@ class Enqueuer(HandOver):
                 spec, fire_time, started, savepoint=False, run_after=run_after
             )
         handed = run.handed
-        spec.state = replace(spec.state, last_finished=handed.finished)
+        spec.finished(handed.finished)
         run.duration, run.exc = handed.finished - started, handed.exc
         self.recorder.finish(
             run,

@@ -24,7 +24,7 @@ from typing import Any
 from django.db import close_old_connections
 
 from ... import signals
-from ...context import RunTimedOut, firing_context
+from ...context import RunTimedOut, set_firing
 from ...models import RunStatus
 from ...observability.events import run_events
 from ...schedules.decisions import retry_delay
@@ -222,7 +222,7 @@ class Invoker(HandOver):
             self.recorder.record_attempt_start(run, started, attempt)
         if ended.duration > max(LOCKED_REPORT_AFTER, spec.longest_run):  # only such runs matter
             spec.longest_run = ended.duration
-        spec.state = replace(spec.state, last_finished=ended.finished)
+        spec.finished(ended.finished)
         return ended, started
 
     def _no_retry_because(
@@ -257,7 +257,8 @@ class Invoker(HandOver):
         run_events.publish(
             signals.run_started, spec.name, task=definition, scheduled_at=fire_time, run=run.run_id
         )
-        logger.info("Running %s (scheduled for %s)", spec.name, when(fire_time))
+        if logger.isEnabledFor(logging.INFO):  # formats the fire time for a line written only
+            logger.info("Running %s (scheduled for %s)", spec.name, when(fire_time))
         begun = time.perf_counter()
         failure: BaseException | None = None
         failed_traceback = ""
@@ -294,7 +295,7 @@ class Invoker(HandOver):
             )
             error = (_qualified(type(failure)), str(failure), failed_traceback)
             return _Ended(RunStatus.FAILED, error, duration, failure, self.clock(), output)
-        logger.info("Task %s succeeded in %s", spec.name, _ms(duration))
+        logger.info("Task %s succeeded in %.1f ms", spec.name, duration.total_seconds() * 1000)
         return _Ended(RunStatus.SUCCEEDED, NO_ERROR, duration, None, self.clock(), output)
 
     def watch_timeouts(self, monotonic: float) -> list[str]:
@@ -336,13 +337,13 @@ def retry_bound(spec: TaskSpec, fire_time: datetime | None, started: datetime) -
 
 
 def _invoke(definition: TaskDefinition, fire_time: datetime | None, deadline: float | None) -> Any:
-    """Call the task, and return what it returned."""
-    func, args, kwargs = definition.func, definition.args, definition.kwargs
-    with firing_context(fire_time, deadline):
-        result = func(*args, **kwargs)
-        if inspect.iscoroutine(result):  # an async task: run it to its end on this thread
-            return asyncio.run(result)
-        return result
+    """Call the task, and return what it returned; in a copy of the context made for the
+    run, which ends with it."""
+    set_firing(fire_time, deadline)
+    result = definition.func(*definition.args, **definition.kwargs)
+    if inspect.iscoroutine(result):  # an async task: run it to its end on this thread
+        return asyncio.run(result)
+    return result
 
 
 def _qualified(kind: type) -> str:

@@ -3,11 +3,11 @@ as last known, and what it meets of trouble."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from ...schedules.triggers import Trigger, TriggerState, kept_state
+from ...schedules.triggers import Trigger, TriggerState, kept_state, reads_last_finished
 from ...tasks.definition import TaskDefinition
 from ...tasks.resolved import ResolvedTask
 from ..calls import Entry
@@ -84,6 +84,12 @@ class TaskSpec(Entry):
     def state(self, value: TriggerState) -> None:
         # Shared with the tasks in the same state: what a burst leaves is not a state per task.
         self._state = kept_state(self.task.trigger, value)
+
+    def finished(self, at: datetime) -> None:
+        """Note that a run of the task ended at *at*, if its trigger counts from there: the
+        others keep their shared state (see ``kept_state``)."""
+        if reads_last_finished(self.task.trigger):
+            self._state = replace(self._state, last_finished=at)
 
     @property
     def definition(self) -> TaskDefinition:
