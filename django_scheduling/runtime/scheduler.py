@@ -65,14 +65,15 @@ class _Calls:
 
     def __call__(self) -> None:
         calls, run, burst = self.calls, self.scheduler._run_call, self.burst
-        while True:
-            try:
-                call = calls.pop()  # atomic: each call is taken by one worker
-            except IndexError:
-                return
-            if not calls and burst is not None:
-                burst.started()  # the last one taken up (two workers may both say so)
-            run(call)
+        with stopping_context(self.scheduler._is_stopping):
+            while True:
+                try:
+                    call = calls.pop()  # atomic: each call is taken by one worker
+                except IndexError:
+                    return
+                if not calls and burst is not None:
+                    burst.started()  # the last one taken up (two workers may both say so)
+                run(call)
 
 
 class _OneCall:
@@ -85,7 +86,8 @@ class _OneCall:
         self.scheduler, self.call = scheduler, call
 
     def __call__(self) -> None:
-        self.scheduler._run_call(self.call)
+        with stopping_context(self.scheduler._is_stopping):
+            self.scheduler._run_call(self.call)
 
 
 class Scheduler:
@@ -385,9 +387,10 @@ class Scheduler:
                 self._finish(item.entry, outcome, reschedule=True)
         self._unreserve(len(chunk) - len(calls))
         if here:
-            for call in calls:
-                self._unreserve(1)
-                self._run_call(call)
+            with stopping_context(self._is_stopping):
+                for call in calls:
+                    self._unreserve(1)
+                    self._run_call(call)
         elif calls:
             self._submit_calls(calls)
 
@@ -418,8 +421,7 @@ class Scheduler:
                 except RuntimeError:
                     # Claimed already: they must run. No worker could start (a thread limit,
                     # or the pool is shutting down): this thread runs them.
-                    for rest in calls[index:]:
-                        self._run_call(rest)
+                    _Calls(self, calls[index:], None)()
                     return
             return
         # A burst (at a stop, those claimed ahead wait for their times: no burst).
@@ -434,16 +436,20 @@ class Scheduler:
                 work()
                 return
 
+    def _is_stopping(self) -> bool:
+        """What ``shutdown_requested()`` asks in the tasks this scheduler runs."""
+        return self.stopping
+
     def _run_call(self, call: Call) -> None:
-        """Run a claimed firing on a worker thread, no earlier than its time."""
+        """Run a claimed firing on a worker thread, no earlier than its time (in a
+        ``stopping_context`` of this scheduler)."""
         entry = call.entry
         assert entry is not None
         # Claimed ahead, and handed over at a stop: the dispatcher no longer waits for it.
         if call.at is not None and (wait := call.at.timestamp() - time.time()) > 0:
             time.sleep(wait)
         try:
-            with stopping_context(lambda: self.stopping):
-                call.run(functools.partial(self._call_done, entry))
+            call.run(functools.partial(self._call_done, entry))
         except Exception:
             logger.exception("Running %s failed outside the task itself", entry.name)
             self._finish(entry, self._retry_time(entry), reschedule=True)
