@@ -290,6 +290,37 @@ class BatchTests(Instances):
         # Read, lock, record the runs, claim (MySQL adds the read of the runs' ids).
         self.assertLessEqual(counts[1], 5, statements)
 
+    @pytest.mark.vendor("sqlite", "postgresql")  # mysqlclient keeps no statement prepared
+    def test_the_writer_sends_the_same_statements_for_batches_of_any_size(self):
+        # SQLite's driver keeps each connection's last 128 statement texts prepared, each as
+        # large as its parameters; psycopg converts each text once. A text per batch size
+        # made a scheduler's memory grow as long as it ran.
+        texts = []
+        for count in (3, 7):
+            definitions = [
+                self.registry.add(Counter(), name=f"size{count}-{i}", fixed_rate="10s")
+                for i in range(count)
+            ]
+            a = self.instance(f"a{count}")
+            entries = a.entries(definitions)
+            outcomes = a.batch(entries, T0)
+            ended: list = []
+            a.writer.add = ended.append  # the ends of the batch, written together below
+            for outcome in outcomes:
+                outcome.run(lambda next_time: None)
+            seen: set[str] = set()
+
+            def note(execute, sql, params, many, context, seen=seen):
+                seen.add(sql)
+                return execute(sql, params, many, context)
+
+            with connection.execute_wrapper(note):
+                a.writer._write(ended)  # as its thread writes what it gathered
+            texts.append(seen)
+        self.assertEqual(TaskRun.objects.filter(status=RunStatus.SUCCEEDED).count(), 10)
+        self.assertIn("UPDATE", " ".join(texts[0]))  # the ends and the releases
+        self.assertEqual(texts[0], texts[1])
+
     @pytest.mark.vendor("mysql")
     def test_the_lock_wait_is_set_once_per_connection_not_per_batch(self):
         definitions, _ = self.tasks(3)

@@ -266,9 +266,29 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
                 [status, *([backend[:100]] if backend else []), *values],
             )
         return
-    cases = " ".join(["WHEN %s THEN %s"] * len(ends))
     adapt = datetime_adapter(conn)
     adapt_duration = duration_adapter(conn)
+    if conn.vendor == "sqlite":
+        # One text for every batch, run once per row (see sql.any_of): in-process, there
+        # is no round trip to save by a statement per batch.
+        assignments = f"{status_column} = %s, {started} = %s, {finished} = %s, {duration} = %s"
+        if backend:
+            assignments += f", {backend_column} = %s, {result_column} = %s"
+        each = [
+            [
+                status,
+                adapt(end.started),
+                adapt(end.finished),
+                adapt_duration(end.finished - end.started),
+                *([backend[:100], end.result_id[:255]] if backend else []),
+                end.run_id,
+            ]
+            for end in ends
+        ]
+        with conn.cursor() as cursor:
+            cursor.executemany(f"UPDATE {q(meta.db_table)} SET {assignments} WHERE {pk} = %s", each)
+        return
+    cases = " ".join(["WHEN %s THEN %s"] * len(ends))
     params: list[object] = [status]
     for end in ends:
         params += [end.run_id, adapt(end.started)]
