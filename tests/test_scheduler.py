@@ -411,16 +411,16 @@ class ClaimAheadTests(Bursts):
 
     def test_how_far_ahead_grows_with_the_burst_up_to_a_cap(self):
         self.assertEqual(claim_ahead(1), 0.0)
-        self.assertAlmostEqual(claim_ahead(BATCH_SIZE), 0.1)
-        self.assertAlmostEqual(claim_ahead(1_000), 1.0)
-        self.assertAlmostEqual(claim_ahead(5_000), 5.0)
+        self.assertAlmostEqual(claim_ahead(BATCH_SIZE), 0.05)
+        self.assertAlmostEqual(claim_ahead(1_000), 0.5)
+        self.assertAlmostEqual(claim_ahead(10_000), 5.0)
         self.assertEqual(claim_ahead(10**7), CLAIM_AHEAD_MAX)
 
     def test_a_large_burst_is_claimed_before_its_instant_and_nothing_starts_before_it(self):
         runner = MemoryRunner()
         scheduler = self.make(runner)
         instant = now() + timedelta(seconds=2)
-        burst = self.burst(scheduler, 2_000, instant)  # claimed 2 s ahead
+        burst = self.burst(scheduler, 2_000, instant)  # claimed 1 s ahead
         singles = self.burst(scheduler, 3, instant, prefix="single")  # with them
         scheduler.start()
         wait_for(lambda: all(task.runs for task in burst + singles))
@@ -430,7 +430,7 @@ class ClaimAheadTests(Bursts):
         self.assertGreaterEqual(min(task.runs[0][1] for task in burst + singles), instant)
 
     def test_a_burst_of_one_batch_is_claimed_ahead_and_nothing_starts_before_it(self):
-        # 100 firings, 100 ms ahead: the claim (for enqueued firings, the enqueues in its
+        # 100 firings, 50 ms ahead: the claim (for enqueued firings, the enqueues in its
         # transaction) is off the path from the instant to the runs.
         runner = MemoryRunner()
         scheduler = self.make(runner)
@@ -453,7 +453,7 @@ class ClaimAheadTests(Bursts):
     def test_a_burst_that_grows_as_runs_end_is_claimed_ahead_by_its_final_size(self):
         # Tasks due every second are pushed back one by one as their runs end: the dispatcher,
         # asleep until the first one's time, must learn that a burst has formed.
-        # 1,000 firings in the end, to be claimed 1 s ahead: a margin that a loaded machine's
+        # 1,000 firings in the end, to be claimed 500 ms ahead: a margin that a loaded machine's
         # late wake-ups (100 ms and more with the whole suite running) do not use up.
         runner = MemoryRunner()
         scheduler = self.make(runner)
@@ -472,7 +472,7 @@ class ClaimAheadTests(Bursts):
     def test_a_burst_is_handed_to_the_pool_as_a_few_items_not_one_per_firing(self):
         # One pool item per claimed firing made thousands of objects at the burst's instant.
         scheduler = self.make(MemoryRunner())
-        tasks = self.burst(scheduler, 2_000, now() + timedelta(seconds=2))  # claimed 2 s ahead
+        tasks = self.burst(scheduler, 2_000, now() + timedelta(seconds=2))  # claimed 1 s ahead
         scheduler.start()
         wait_for(lambda: all(task.runs for task in tasks) and not scheduler.pool.stats().active)
         stats = scheduler.pool.stats()
@@ -486,7 +486,7 @@ class ClaimAheadTests(Bursts):
         runner = MemoryRunner()
         scheduler = self.make(runner)
         instant = now() + timedelta(seconds=3)
-        tasks = self.burst(scheduler, 2_000, instant)  # claimed 2 s ahead
+        tasks = self.burst(scheduler, 2_000, instant)  # claimed 1 s ahead
         scheduler.start()
         wait_for(lambda: len(runner.claims) == 2_000)
         self.assertEqual(scheduler.shutdown(DEADLINE), [])

@@ -28,14 +28,10 @@ __all__ = [
 #: tasks start while the next one is claimed.
 BATCH_SIZE = 100
 #: A burst of firings due at one instant is claimed ahead of that instant, this many seconds
-#: per firing (100 firings: 100 ms ahead, 1,000: one second, 10,000: the cap), so that its
-#: claims and its hand-over are over when it is due: the enqueues in the claim's transaction,
-#: and the Celery messages published ahead with their ``eta``. Each claimed firing still starts
-#: at its time; a lone firing is claimed at its time. A claim costs about 0.5 ms per firing
-#: and a Celery publish about as much again: with 0.5 ms, a third of each second's messages
-#: reached the queue up to 20 ms after their fire time (100 Celery tasks every second, 3
-#: instances, ``bench_enqueue.py``), and each instance's first burst up to 60 ms after.
-CLAIM_AHEAD_PER_FIRING = 0.001
+#: per firing (100 firings: 50 ms ahead, 1,000: half a second, 10,000: five), so that its
+#: claims (and, for enqueued firings, the enqueues in the claim's transaction) are over when it
+#: is due; each claimed firing still starts at its time. A lone firing is claimed at its time.
+CLAIM_AHEAD_PER_FIRING = 0.0005
 #: ...and never longer ahead than this.
 CLAIM_AHEAD_MAX = 10.0
 #: The kinds of heap items: the entries scheduled at a time (see ``_State.slots``), a run
