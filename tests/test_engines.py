@@ -8,6 +8,7 @@ the engines are real: their rows, messages and result backends are read back. Th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -524,8 +525,9 @@ class CeleryTests(TransactionTestCase):
 
         return refresh_feeds
 
-    def test_the_start_connects_to_the_broker_before_the_first_publish(self):
+    def test_the_start_connects_a_producer_for_each_worker_that_may_publish_at_once(self):
         app = Celery("warm", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
+        app.conf.broker_pool_limit = 3  # fewer than the workers: no more than the pool holds
         self.addCleanup(app.close)
 
         @app.task
@@ -533,15 +535,20 @@ class CeleryTests(TransactionTestCase):
             pass
 
         definition = self.registry.add(warmed, fixed_rate="1h", name="warmed")
-        _warm_up_engines([definition])
-        with app.producer_pool.acquire(block=False) as producer:
-            self.assertTrue(producer.connection.connected)  # not connected until used, else
+        _warm_up_engines([definition], 4)
+        queue = app.amqp.router.route({}, warmed.name)["queue"]
+        with contextlib.ExitStack() as held:
+            for _ in range(3):  # a producer the start did not open would be a new one
+                producer = held.enter_context(app.producer_pool.acquire(block=False))
+                self.assertTrue(producer.connection.connected)  # else not until used
+                # Its first publish declares no queue (kombu's maybe_declare remembers).
+                self.assertIn(hash(queue), producer.connection.declared_entities)
 
     def test_a_broker_that_is_down_at_the_start_delays_it_no_longer_than_the_warm_up(self):
         definition = self.registry.add(self.down_task(), fixed_rate="1h", name="feeds")
         started = time.monotonic()
         with self.assertLogs("django_scheduling.runtime.service", "WARNING") as logs:
-            _warm_up_engines([definition])
+            _warm_up_engines([definition], 4)
         self.assertLess(time.monotonic() - started, WARM_UP_TIMEOUT + 1.0)
         self.assertIn("Could not connect to the Celery broker at start", logs.output[0])
 

@@ -75,15 +75,17 @@ def current_service() -> SchedulerService | None:
 WARM_UP_TIMEOUT = 2.0
 
 
-def _warm_up_engines(definitions: Iterable[TaskDefinition]) -> None:
-    """Connect to the brokers of the tasks that enqueue, before the first firing (see
-    ``engines.warm_up``). A broker that does not answer within ``WARM_UP_TIMEOUT`` delays the
-    start by no more: its first publish connects, or fails and is retried, as any other."""
+def _warm_up_engines(definitions: Iterable[TaskDefinition], publishers: int) -> None:
+    """Connect to the brokers of the tasks that enqueue, before the first firing, for as many
+    *publishers* at once as there are workers (see ``engines.warm_up``). A broker that does
+    not answer within ``WARM_UP_TIMEOUT`` delays the start by no more: its first publish
+    connects, or fails and is retried, as any other."""
     objs = [d.func for d in definitions if d.engine == engines.CELERY]
     if not objs:
         return
+    warm_up = functools.partial(engines.warm_up, objs, publishers)
     try:
-        call_with_deadline(functools.partial(engines.warm_up, objs), timeout=WARM_UP_TIMEOUT)
+        call_with_deadline(warm_up, timeout=WARM_UP_TIMEOUT)
     except Exception as exc:  # the broker is down or slow: the firings will say so
         logger.warning("Could not connect to the Celery broker at start: %s", exc)
 
@@ -220,7 +222,7 @@ class SchedulerService:
             "publishing the next fire times",
             lambda: task_rows.publish_next_fire_times(first_times, using=conf.database),
         )
-        _warm_up_engines(definitions)
+        _warm_up_engines(definitions, conf.max_pool_size)
         close_old_connections()
         self.keepalive.start()  # before the first firing can run
         self.writer.start()

@@ -9,6 +9,7 @@ imported itself: a task object can only exist once its engine's module is loaded
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import logging
@@ -169,17 +170,33 @@ def enqueue(
     return Enqueued(CELERY, str(async_result.id))
 
 
-def warm_up(objs: Iterable[Any]) -> None:
-    """Open ahead of the first firing what Celery opens on its first publish and keeps: for
-    the apps of the Celery tasks *objs*, each app's broker connection (in its producer pool)
-    and its result backend, with the modules of their transports. Measured on Redis, a
-    process's first publish took about 40 ms more than the next ones (0.5 ms), and the workers
-    of a burst paid it together. May wait on the broker, and raise what it raises: call it
-    with a deadline."""
-    apps = {id(obj.app): obj.app for obj in objs}
-    for app in apps.values():
-        with app.producer_or_acquire() as producer:
-            producer.connection.ensure_connection(max_retries=1)
+def warm_up(objs: Iterable[Any], publishers: int = 1) -> None:
+    """Open ahead of the first firing what Celery opens on its first publishes and keeps: for
+    the apps of the Celery tasks *objs*, each app's result backend, with the modules of their
+    transports, and the producers that *publishers* threads publishing at once take from its
+    pool (no more than the pool's limit), each connected, with the queues of *objs* declared
+    on it. May wait on the broker, and raise what it raises: call it with a deadline.
+
+    Measured on Redis: a process's first publish took about 40 ms more than the next ones
+    (0.5 ms), and a first burst of 100 publishes on 16 threads 70-84 ms against 40 ms for the
+    next ones, as each new producer connected and declared its queue. With the producers
+    opened here, that first burst took 44 ms.
+    """
+    by_app: dict[int, tuple[Any, dict[str, Any]]] = {}
+    for obj in objs:
+        app, queues = by_app.setdefault(id(obj.app), (obj.app, {}))
+        queue = app.amqp.router.route({}, obj.name).get("queue")
+        if queue is not None:
+            queues[queue.name] = queue
+    for app, queues in by_app.values():
+        limit = app.pool.limit
+        count = min(publishers, limit) if limit else publishers
+        with contextlib.ExitStack() as held:  # all at once: each one a producer of its own
+            producers = [held.enter_context(app.producer_or_acquire()) for _ in range(count)]
+            for producer in producers:
+                producer.connection.ensure_connection(max_retries=1)
+                for queue in queues.values():
+                    producer.maybe_declare(queue)
         app.backend  # noqa: B018  # made on first use, per thread; its modules once
 
 
