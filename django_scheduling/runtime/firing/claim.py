@@ -331,7 +331,7 @@ class Claimer:
         for claim in runs:
             spec = claim.spec
             handler = self.invoker if spec.definition.engine is None else self.enqueuer
-            ahead = handler is self.enqueuer and self.enqueuer.publishes_ahead(spec)
+            ahead = self.enqueuer.publishes_ahead(spec)  # Celery: an enqueued task
             run = ClaimedRun(handler, claim, waiting, slots.get(id(claim), -1), ahead=ahead)
             claimed.append(run)
             outcomes[claim.index] = run
