@@ -534,8 +534,11 @@ class CeleryTests(TransactionTestCase):
         def warmed():
             pass
 
-        definition = self.registry.add(warmed, fixed_rate="1h", name="warmed")
-        _warm_up_engines([definition], 4)
+        # Four tasks: up to four publishes at once (with one, a single producer would do).
+        definitions = [
+            self.registry.add(warmed, fixed_rate="1h", name=f"warmed{i}") for i in range(4)
+        ]
+        _warm_up_engines(definitions, 4)
         queue = app.amqp.router.route({}, warmed.name)["queue"]
         with contextlib.ExitStack() as held:
             for _ in range(3):  # a producer the start did not open would be a new one
@@ -543,6 +546,21 @@ class CeleryTests(TransactionTestCase):
                 self.assertTrue(producer.connection.connected)  # else not until used
                 # Its first publish declares no queue (kombu's maybe_declare remembers).
                 self.assertIn(hash(queue), producer.connection.declared_entities)
+
+    def test_the_start_opens_no_more_producers_than_there_are_celery_tasks(self):
+        app = Celery("warm", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
+        self.addCleanup(app.close)
+
+        @app.task
+        def warmed():
+            pass
+
+        definition = self.registry.add(warmed, fixed_rate="1h", name="warmed")
+        _warm_up_engines([definition], 16)
+        with app.producer_pool.acquire(block=False) as first:
+            self.assertTrue(first.connection.connected)
+            with app.producer_pool.acquire(block=False) as second:
+                self.assertFalse(second.connection.connected)  # made now: never needed before
 
     def test_a_broker_that_is_down_at_the_start_delays_it_no_longer_than_the_warm_up(self):
         definition = self.registry.add(self.down_task(), fixed_rate="1h", name="feeds")

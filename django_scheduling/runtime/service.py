@@ -77,13 +77,14 @@ WARM_UP_TIMEOUT = 2.0
 
 def _warm_up_engines(definitions: Iterable[TaskDefinition], publishers: int) -> None:
     """Connect to the brokers of the tasks that enqueue, before the first firing, for as many
-    *publishers* at once as there are workers (see ``engines.warm_up``). A broker that does
-    not answer within ``WARM_UP_TIMEOUT`` delays the start by no more: its first publish
-    connects, or fails and is retried, as any other."""
+    publishes at once as may happen: one per worker (*publishers*), and no more than there are
+    Celery tasks (see ``engines.warm_up``). A broker that does not answer within
+    ``WARM_UP_TIMEOUT`` delays the start by no more: its first publish connects, or fails and
+    is retried, as any other."""
     objs = [d.func for d in definitions if d.engine == engines.CELERY]
     if not objs:
         return
-    warm_up = functools.partial(engines.warm_up, objs, publishers)
+    warm_up = functools.partial(engines.warm_up, objs, min(publishers, len(objs)))
     try:
         call_with_deadline(warm_up, timeout=WARM_UP_TIMEOUT)
     except Exception as exc:  # the broker is down or slow: the firings will say so

@@ -170,7 +170,7 @@ def enqueue(
     return Enqueued(CELERY, str(async_result.id))
 
 
-def warm_up(objs: Iterable[Any], publishers: int = 1) -> None:
+def warm_up(objs: Iterable[Any], publishers: int) -> None:
     """Open ahead of the first firing what Celery opens on its first publishes and keeps: for
     the apps of the Celery tasks *objs*, each app's result backend, with the modules of their
     transports, and the producers that *publishers* threads publishing at once take from its
