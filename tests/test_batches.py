@@ -33,6 +33,7 @@ from django_scheduling.runtime.keepalive import KeepAlive
 from django_scheduling.runtime.outbox import Outbox
 from django_scheduling.runtime.writer import EndWriter
 from django_scheduling.storage import task_rows
+from django_scheduling.storage.sql import array_literal
 from django_scheduling.tasks.registry import TaskRegistry
 
 from .test_execution import database_now, poll_until
@@ -721,3 +722,27 @@ def test_claims_begin_at_the_batch_at_start_and_wrap_around(start: float, first:
     expected = ["task-00", "task-03", "task-06"]
     assert firsts == expected[first:] + expected[:first]
     assert sorted(work.entry.name for batch in batches for work in batch) == names
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db
+def test_array_literals_read_back_as_the_values_they_hold():
+    # The batches' arrays go to PostgreSQL as the text of array literals (see sql.array_literal).
+    texts = ["plain", 'a "quoted" name', "back\\slash", "comma,brace{}", "", "NULL", "it's"]
+    texts += ["ü", None]
+    berlin = datetime(2026, 3, 29, 3, 30, 0, 5, tzinfo=ZoneInfo("Europe/Berlin"))
+    times = [T0, T0 + timedelta(microseconds=1), berlin, None, T0]
+    numbers = [1, -2, 2**40, None]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT %s::text[], %s::timestamptz[], %s::bigint[]",
+            [
+                array_literal("text", texts),
+                array_literal("timestamptz", times),
+                array_literal("bigint", numbers),
+            ],
+        )
+        row = cursor.fetchone()
+    assert row == (texts, times, numbers)
+    with pytest.raises(ValueError, match="naive"):
+        array_literal("timestamptz", [datetime(2026, 1, 1)])

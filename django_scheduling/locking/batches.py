@@ -141,13 +141,15 @@ def _insert_many(
     columns = f"{sql.table} ({sql.name}, {sql.until}, {sql.at}, {sql.by})"
     params: list[Any]
     if sql.vendor == "postgresql":  # one array per column (see sql.any_of)
-        rows = arrays(["text", "timestamptz"], ["name", "until"])
+        untils = [now + config.lock_at_most_for for config in configs]
+        rows, arrays_params = arrays(
+            ["text", "timestamptz"], ["name", "until"], [[c.name for c in configs], untils]
+        )
         statement = (
             f"INSERT INTO {columns} SELECT v.name, v.until, %s::timestamptz, %s FROM {rows} "
             "ON CONFLICT DO NOTHING"
         )
-        untils = [now + config.lock_at_most_for for config in configs]
-        params = [sql.value(now), owner, [config.name for config in configs], untils]
+        params = [sql.value(now), owner, *arrays_params]
     else:
         ignore = "INSERT IGNORE" if sql.vendor == "mysql" else "INSERT OR IGNORE"
         rows = ", ".join(["(%s, %s, %s, %s)"] * len(configs))

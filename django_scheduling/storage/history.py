@@ -175,9 +175,14 @@ def _insert_starts_postgresql(
     the batch's size."""
     q = conn.ops.quote_name
     names = ", ".join(q(column(TaskRun, name)) for name in (*_START_COLUMNS, *_START_CONSTANTS))
-    rows = arrays(
+    columns: list[list[Any]] = [[], [], [], [], [], []]
+    for run in runs:
+        for values, value in zip(columns, run, strict=True):
+            values.append(value)
+    rows, arrays_params = arrays(
         ["text", "timestamptz", "timestamptz", "timestamptz", "integer", "bigint"],
         ["name", "fire", "locked", "timeout", "missed", "recovery"],
+        columns,
     )
     constants = ", ".join(_START_CONSTANTS.values())
     statement = (
@@ -186,12 +191,8 @@ def _insert_starts_postgresql(
         f"v.recovery, {constants} FROM {rows} "
         f"RETURNING {q(column(TaskRun, 'id'))}, {q(column(TaskRun, 'task_name'))}"
     )
-    columns: list[list[Any]] = [[], [], [], [], [], []]
-    for run in runs:
-        for values, value in zip(columns, run, strict=True):
-            values.append(value)
     with conn.cursor() as cursor:
-        cursor.execute(statement, [started, instance, *columns])
+        cursor.execute(statement, [started, instance, *arrays_params])
         ids = dict((name, pk) for pk, name in cursor.fetchall())
     # By name: the rows come back in no promised order (a batch has a task once).
     return [ids[run.task_name] for run in runs]
@@ -248,9 +249,12 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
     )
     backend_column, result_column = (q(column(TaskRun, f)) for f in ("backend", "result_id"))
     if conn.vendor == "postgresql":  # one array per column (see sql.any_of)
-        rows = arrays(
+        columns: list[list[Any]] = [[end.run_id for end in ends], [end.started for end in ends]]
+        columns += [[end.finished for end in ends], [end.result_id[:255] for end in ends]]
+        rows, values = arrays(
             ["bigint", "timestamptz", "timestamptz", "text"],
             ["id", "started", "finished", "result"],
+            columns,
         )
         assignments = (
             f"{status_column} = %s, {started} = v.started, {finished} = v.finished, "
@@ -258,8 +262,6 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
         )
         if backend:
             assignments += f", {backend_column} = %s, {result_column} = v.result"
-        values = [[end.run_id for end in ends], [end.started for end in ends]]
-        values += [[end.finished for end in ends], [end.result_id[:255] for end in ends]]
         with conn.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {q(meta.db_table)} r SET {assignments} FROM {rows} WHERE r.{pk} = v.id",

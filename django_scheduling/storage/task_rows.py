@@ -494,15 +494,18 @@ def claim_many(
     name = columns["name"]
     names = [claim[0] for claim in claims]
     if conn.vendor == "postgresql":  # one array per column (see sql.any_of)
-        rows = arrays(["text", "text", "bigint", "timestamptz"], ["name", "trigger", "run", "next"])
+        rows, arrays_params = arrays(
+            ["text", "text", "bigint", "timestamptz"],
+            ["name", "trigger", "run", "next"],
+            [names, [c[1] for c in claims], [c[2] for c in claims], [c[3] for c in claims]],
+        )
         statement = (
             f"UPDATE {q(meta.db_table)} t SET {columns['last_fire_time']} = %s, "
             f"{run_column} = v.run, {next_column} = v.next FROM {rows} "
             f"WHERE t.{name} = v.name AND t.{columns['trigger']} = v.trigger "
             f"AND (t.{columns['last_fire_time']} IS NULL OR t.{columns['last_fire_time']} < %s)"
         )
-        params: list[Any] = [value, names, [c[1] for c in claims], [c[2] for c in claims]]
-        params += [[c[3] for c in claims], value]
+        params: list[Any] = [value, *arrays_params, value]
     else:
         run_sql, run_params = _per_row(name, names, [c[2] for c in claims], "")
         next_sql, next_params = _per_row(name, names, [adapt(c[3]) for c in claims], "")
@@ -534,13 +537,15 @@ def note_runs(runs: list[tuple[str, int | None, datetime | None]], *, using: str
     run_column = q(column(ScheduledTask, "last_run"))
     next_column = q(column(ScheduledTask, "next_fire_time"))
     if conn.vendor == "postgresql":  # one array per column (see sql.any_of)
+        rows, params = arrays(
+            ["text", "bigint", "timestamptz"],
+            ["name", "run", "next"],
+            [names, [run[1] for run in runs], [run[2] for run in runs]],
+        )
         statement = (
             f"UPDATE {q(ScheduledTask._meta.db_table)} t "
-            f"SET {run_column} = v.run, {next_column} = v.next "
-            f"FROM {arrays(['text', 'bigint', 'timestamptz'], ['name', 'run', 'next'])} "
-            f"WHERE t.{name} = v.name"
+            f"SET {run_column} = v.run, {next_column} = v.next FROM {rows} WHERE t.{name} = v.name"
         )
-        params: list[Any] = [names, [run[1] for run in runs], [run[2] for run in runs]]
     else:
         run_sql, run_params = _per_row(name, names, [run[1] for run in runs], "")
         next_sql, next_params = _per_row(name, names, [adapt(run[2]) for run in runs], "")
