@@ -2,6 +2,7 @@
 
 import asyncio
 import functools
+import os
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -321,6 +322,26 @@ class SettingsTests(SimpleTestCase):
         with self.settings(SCHEDULING={"SHUTDOWN_TIMEOUT": "PT1M"}):
             self.assertEqual(get_settings().shutdown_timeout, timedelta(minutes=1))
         self.assertEqual(get_settings().shutdown_timeout, timedelta(seconds=5))
+
+    @override_settings(SCHEDULING={})
+    def test_a_forked_process_reads_its_own_default_instance_name(self):
+        # A gunicorn worker forked from a master that read the setting (--preload) is an
+        # instance of its own.
+        parent = get_settings().instance_name
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            try:
+                os.write(write, get_settings().instance_name.encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            child = pipe.read().decode()
+        os.waitpid(pid, 0)
+        self.assertEqual(get_settings().instance_name, parent)
+        self.assertNotEqual(child, parent)
+        self.assertIn(str(pid), child)
 
     @override_settings(SCHEDULING={"SHUTDOWN_TIMEOUT": "5s"})
     def test_a_value_read_while_the_setting_changes_back_is_not_kept(self):
