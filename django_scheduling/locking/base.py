@@ -72,8 +72,8 @@ class LockConfiguration:
                 f"The lock name {name[:40]!r}... is {len(name)} characters long; "
                 f"the limit is {NAME_LENGTH}"
             )
-        most = parse_duration(self.lock_at_most_for, name=f"lock_at_most_for of {name!r}")
-        least = parse_duration(self.lock_at_least_for, name=f"lock_at_least_for of {name!r}")
+        most = _duration(self.lock_at_most_for, "lock_at_most_for", name)
+        least = _duration(self.lock_at_least_for, "lock_at_least_for", name)
         if least > most:
             raise ValueError(
                 f"lock_at_least_for ({format_duration(least)}) exceeds lock_at_most_for "
@@ -81,6 +81,13 @@ class LockConfiguration:
             )
         object.__setattr__(self, "lock_at_most_for", most)
         object.__setattr__(self, "lock_at_least_for", least)
+
+
+def _duration(value: DurationLike, option: str, name: str) -> timedelta:
+    # The scheduler builds a configuration per locked firing, from timedeltas already read.
+    if isinstance(value, timedelta) and value >= timedelta(0):
+        return value
+    return parse_duration(value, name=f"{option} of {name!r}")
 
 
 class Lock:
