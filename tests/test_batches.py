@@ -690,6 +690,39 @@ class BatchLockTests(TransactionTestCase):
         self.assertEqual(TaskLock.objects.get(name="x").locked_by, "b")
         self.assertLessEqual(TaskLock.objects.get(name="y").lock_until, datetime.now(UTC))
 
+    def _two_acquisitions(self) -> list:
+        first = self.provider.lock_many(
+            self.configs("a1", "a2"), now=datetime.now(UTC), absent={"a1", "a2"}
+        )
+        second = self.provider.lock_many(
+            self.configs("b1", "b2", most="2m"), now=datetime.now(UTC), absent={"b1", "b2"}
+        )
+        self.assertNotEqual(first["a1"].locked_at, second["b1"].locked_at)
+        return [*first.values(), *second.values()]
+
+    def test_the_locks_of_several_acquisitions_are_released_and_a_lost_one_reported(self):
+        # The writer releases the locks of runs claimed by several batches at once.
+        locks = self._two_acquisitions()
+        # b1 expired and another instance took it.
+        TaskLock.objects.filter(name="b1").update(
+            locked_by="b", locked_at=datetime.now(UTC) + timedelta(seconds=1)
+        )
+        self.assertEqual(self.provider.unlock_many(locks), {"b1"})
+        self.assertFalse(any(lock.valid for lock in locks))
+        now = datetime.now(UTC)
+        for name in ("a1", "a2", "b2"):
+            self.assertLessEqual(TaskLock.objects.get(name=name).lock_until, now)
+        self.assertEqual(TaskLock.objects.get(name="b1").locked_by, "b")
+        self.assertGreater(TaskLock.objects.get(name="b1").lock_until, now)
+
+    @pytest.mark.vendor("postgresql")
+    def test_the_locks_of_several_acquisitions_are_released_in_one_statement(self):
+        locks = self._two_acquisitions()
+        with CaptureQueriesContext(connection) as queries:
+            self.assertEqual(self.provider.unlock_many(locks), set())
+        statements = [q["sql"] for q in queries if not q["sql"].startswith(CONTROL)]
+        self.assertEqual([sql.split()[0] for sql in statements], ["UPDATE"])
+
     def test_lock_at_least_for_holds_a_released_lock_until_it_has_passed(self):
         config = LockConfiguration("x", "1m", "30s")
         locks = self.provider.lock_many([config], now=datetime.now(UTC), absent={"x"})

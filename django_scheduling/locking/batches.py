@@ -230,7 +230,10 @@ def unlock_many(
                 if joined
                 else LockSql(provider._connection(name, owner))
             )
-        if sql is not None and len(groups) > 1:
+        if sql is not None and sql.vendor == "postgresql" and len(groups) > 1:
+            lost = _release_together(provider, sql, groups)
+            groups = {}
+        elif sql is not None and len(groups) > 1:
             _lock_in_order(provider, sql, [lock.config.name for lock in mine])
         for (owner, locked_at, least_until), group in groups.items():
             assert sql is not None
@@ -257,6 +260,50 @@ def unlock_many(
             "and was taken again, or its row was deleted; holders may have overlapped",
             name,
         )
+    return lost
+
+
+def _release_together(
+    provider: DatabaseLockProvider,
+    sql: LockSql,
+    groups: dict[tuple[str, datetime, datetime], list[Any]],
+) -> set[str]:
+    """Release the locks of several acquisitions (*groups*) in one statement, which takes
+    their rows in name order (PostgreSQL); return the names no longer held by their handle.
+
+    The writer releases the locks of the runs that ended meanwhile, taken by several claims:
+    one statement per claim, after a statement that took their rows in name order, cost a
+    round trip each and about a twentieth of the database's time at 10,000 firings a second.
+    """
+    rows: list[list[Any]] = [[], [], [], []]  # name, owner, taken at, held at least until
+    for (owner, locked_at, least_until), group in groups.items():
+        for lock in group:
+            values = (lock.config.name, owner, locked_at, least_until)
+            for column, value in zip(rows, values, strict=True):
+                column.append(value)
+    names = rows[0]
+    table, table_params = arrays(
+        ["text", "text", "timestamptz", "timestamptz"],
+        ["lock_name", "owner", "taken", "least"],
+        rows,
+    )
+    among, among_params = sql.among(names)
+    name = f"{sql.table}.{sql.name}"
+    statement = (
+        f"UPDATE {sql.table} SET {sql.until} = GREATEST(now(), v.least) FROM {table} "
+        f"WHERE {name} = v.lock_name AND {sql.by} = v.owner AND {sql.at} = v.taken AND {name} IN "
+        f"(SELECT {sql.name} FROM {sql.table} WHERE {among} ORDER BY {sql.name} FOR UPDATE)"
+    )
+    count = provider._execute(sql, statement, [*table_params, *among_params])
+    lost: set[str] = set()
+    for (owner, locked_at, _), group in groups.items():
+        if count != len(names):
+            group_names = [lock.config.name for lock in group]
+            lost |= set(group_names) - _mine(provider, sql, group_names, owner, locked_at)
+        if sql.joined:
+            transaction.on_commit(functools.partial(spend, group), using=sql.conn.alias)
+        else:
+            spend(group)
     return lost
 
 
