@@ -318,6 +318,7 @@ def default_instance_name() -> str:
 
 
 _cached: SchedulingSettings | None = None
+_cached_pid: int | None = None
 #: Bumped by every change of the setting: a thread that read the old value while it changed
 #: must not cache it after the reset.
 _generation = 0
@@ -326,26 +327,15 @@ _cache_lock = threading.Lock()
 
 def get_settings() -> SchedulingSettings:
     """Return the validated ``SCHEDULING`` setting, reading it on first use."""
-    global _cached
-    cached = _cached
-    if cached is None:
+    global _cached, _cached_pid
+    cached, pid = _cached, os.getpid()
+    if cached is None or _cached_pid != pid:
         generation = _generation
         cached = SchedulingSettings.from_dict(getattr(django_settings, "SCHEDULING", None))
         with _cache_lock:
             if generation == _generation:
-                _cached = cached
+                _cached, _cached_pid = cached, pid
     return cached
-
-
-def _forget_after_fork() -> None:
-    """A forked process reads the setting again: its default ``INSTANCE_NAME`` names its own
-    process. (Asked of every call, ``os.getpid()`` was a system call per run.)"""
-    global _cached, _cache_lock
-    _cached = None
-    _cache_lock = threading.Lock()  # another thread of the parent may have held it
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 @receiver(setting_changed)
