@@ -694,9 +694,8 @@ class BatchLockTests(TransactionTestCase):
         first = self.provider.lock_many(
             self.configs("a1", "a2"), now=datetime.now(UTC), absent={"a1", "a2"}
         )
-        second = self.provider.lock_many(
-            self.configs("b1", "b2", most="2m"), now=datetime.now(UTC), absent={"b1", "b2"}
-        )
+        held_on = [LockConfiguration("b1", "2m", "30s"), LockConfiguration("b2", "2m", "30s")]
+        second = self.provider.lock_many(held_on, now=datetime.now(UTC), absent={"b1", "b2"})
         self.assertNotEqual(first["a1"].locked_at, second["b1"].locked_at)
         return [*first.values(), *second.values()]
 
@@ -710,10 +709,52 @@ class BatchLockTests(TransactionTestCase):
         self.assertEqual(self.provider.unlock_many(locks), {"b1"})
         self.assertFalse(any(lock.valid for lock in locks))
         now = datetime.now(UTC)
-        for name in ("a1", "a2", "b2"):
+        for name in ("a1", "a2"):
             self.assertLessEqual(TaskLock.objects.get(name=name).lock_until, now)
+        # Each held until its own lock_at_least_for has passed.
+        b2 = next(lock for lock in locks if lock.config.name == "b2")
+        self.assertEqual(
+            TaskLock.objects.get(name="b2").lock_until, b2.locked_at + timedelta(seconds=30)
+        )
         self.assertEqual(TaskLock.objects.get(name="b1").locked_by, "b")
         self.assertGreater(TaskLock.objects.get(name="b1").lock_until, now)
+
+    def test_joined_releases_of_several_acquisitions_take_effect_with_the_transaction(self):
+        locks = self._two_acquisitions()
+
+        class Rollback(Exception):
+            pass
+
+        with self.assertRaises(Rollback), transaction.atomic():
+            self.assertEqual(self.provider.unlock_many(locks, joined=True), set())
+            raise Rollback
+        # Rolled back: still held, and the handles can release them.
+        self.assertTrue(all(lock.valid for lock in locks))
+        self.assertEqual(set(TaskLock.objects.values_list("locked_by", flat=True)), {"a"})
+        self.assertGreater(TaskLock.objects.get(name="a1").lock_until, datetime.now(UTC))
+        with transaction.atomic():
+            self.assertEqual(self.provider.unlock_many(locks, joined=True), set())
+        self.assertFalse(any(lock.valid for lock in locks))
+        self.assertLessEqual(TaskLock.objects.get(name="a1").lock_until, datetime.now(UTC))
+
+    @pytest.mark.vendor("postgresql")
+    def test_a_lock_taken_over_and_kept_locked_elsewhere_does_not_hold_up_the_release(self):
+        locks = self._two_acquisitions()
+        TaskLock.objects.filter(name="b1").update(
+            locked_by="b", locked_at=datetime.now(UTC) + timedelta(seconds=1)
+        )
+        stuck = connections.create_connection("default")  # the new holder's open transaction
+        self.addCleanup(stuck.close)
+        stuck.set_autocommit(False)
+        with stuck.cursor() as cursor:
+            table = connection.ops.quote_name(TaskLock._meta.db_table)
+            cursor.execute(f"SELECT * FROM {table} WHERE name = 'b1' FOR UPDATE")
+        try:
+            lost = self.provider.unlock_many(locks)
+        finally:
+            stuck.rollback()
+        self.assertEqual(lost, {"b1"})
+        self.assertLessEqual(TaskLock.objects.get(name="a1").lock_until, datetime.now(UTC))
 
     @pytest.mark.vendor("postgresql")
     def test_the_locks_of_several_acquisitions_are_released_in_one_statement(self):
@@ -762,20 +803,30 @@ def test_claims_begin_at_the_batch_at_start_and_wrap_around(start: float, first:
 def test_array_literals_read_back_as_the_values_they_hold():
     # The batches' arrays go to PostgreSQL as the text of array literals (see sql.array_literal).
     texts = ["plain", 'a "quoted" name', "back\\slash", "comma,brace{}", "", "NULL", "it's"]
-    texts += ["ü", None]
+    texts += ["ü", 'both \\" and \\\\', " spaced ", None]
     berlin = datetime(2026, 3, 29, 3, 30, 0, 5, tzinfo=ZoneInfo("Europe/Berlin"))
     times = [T0, T0 + timedelta(microseconds=1), berlin, None, T0]
+    # The hour repeated when the clocks go back: equal wall times, an hour apart.
+    first = datetime(2026, 10, 25, 2, 30, tzinfo=ZoneInfo("Europe/Berlin"))
+    times += [first, first.replace(fold=1)]
     numbers = [1, -2, 2**40, None]
+    small = [0, 7, None]
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT %s::text[], %s::timestamptz[], %s::bigint[]",
+            "SELECT %s::text[], %s::timestamptz[], %s::bigint[], %s::integer[], %s::text[]",
             [
                 array_literal("text", texts),
                 array_literal("timestamptz", times),
                 array_literal("bigint", numbers),
+                array_literal("integer", small),
+                array_literal("text", []),
             ],
         )
         row = cursor.fetchone()
-    assert row == (texts, times, numbers)
+    assert (row[0], row[2], row[3], row[4]) == (texts, numbers, small, [])
+    # As instants (a time in a repeated hour never equals one of another zone in Python).
+    instants = [None if time is None else time.timestamp() for time in row[1]]
+    assert instants == [None if time is None else time.timestamp() for time in times]
+    assert row[1][-1] - row[1][-2] == timedelta(hours=1)
     with pytest.raises(ValueError, match="naive"):
         array_literal("timestamptz", [datetime(2026, 1, 1)])

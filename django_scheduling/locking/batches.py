@@ -1,10 +1,10 @@
 """Take and release many locks at once: the batch verbs of ``DatabaseLockProvider``.
 
 A burst's locks are taken in one statement per ``lock_at_most_for`` (and one more for the rows
-that do not exist yet), and released in one per acquisition, all in name order so that two
-instances' batches wait for each other rather than deadlock. With *joined* they run in the
-caller's transaction: the scheduler takes a batch's locks, records its runs and claims its fire
-times in one commit.
+that do not exist yet), and released in one per acquisition (on PostgreSQL, one for all), all in
+name order so that two instances' batches wait for each other rather than deadlock. With
+*joined* they run in the caller's transaction: the scheduler takes a batch's locks, records its
+runs and claims its fire times in one commit.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from django.db import DatabaseError, connections, transaction
 
 from ..clock import utcnow
 from ..storage.errors import CONFLICT, POSTGRES_LOCK_TIMEOUT, error_code
-from ..storage.sql import arrays
+from ..storage.sql import array_literal, arrays
 from .base import Lock, LockConfiguration
 from .statements import LockSql
 
@@ -208,8 +208,9 @@ def unlock_many(
     provider: DatabaseLockProvider, locks: list[Lock], *, joined: bool = False
 ) -> set[str]:
     """Release *locks* (handles of this provider), each not before its
-    ``lock_at_least_for``, in one statement per acquisition time; return the names of
-    those that were no longer held by their handle (see ``Lock.unlock``).
+    ``lock_at_least_for``, in one statement per acquisition time (on PostgreSQL, one for all
+    of them); return the names of those that were no longer held by their handle (see
+    ``Lock.unlock``).
 
     Raise ``LockError`` if the database fails; the handles then stay usable.
     """
@@ -287,14 +288,19 @@ def _release_together(
         ["lock_name", "owner", "taken", "least"],
         rows,
     )
+    # Only the rows still held by one of these acquisitions are locked: one taken over since
+    # is left alone, not waited for.
     among, among_params = sql.among(names)
+    held = f"{sql.by} = ANY(%s::text[]) AND {sql.at} = ANY(%s::timestamptz[])"
+    held_params = [array_literal("text", rows[1]), array_literal("timestamptz", rows[2])]
     name = f"{sql.table}.{sql.name}"
     statement = (
         f"UPDATE {sql.table} SET {sql.until} = GREATEST(now(), v.least) FROM {table} "
         f"WHERE {name} = v.lock_name AND {sql.by} = v.owner AND {sql.at} = v.taken AND {name} IN "
-        f"(SELECT {sql.name} FROM {sql.table} WHERE {among} ORDER BY {sql.name} FOR UPDATE)"
+        f"(SELECT {sql.name} FROM {sql.table} WHERE {among} AND {held} "
+        f"ORDER BY {sql.name} FOR UPDATE)"
     )
-    count = provider._execute(sql, statement, [*table_params, *among_params])
+    count = provider._execute(sql, statement, [*table_params, *among_params, *held_params])
     lost: set[str] = set()
     for (owner, locked_at, _), group in groups.items():
         if count != len(names):

@@ -106,7 +106,7 @@ def any_of(conn: Any, expression: str, values: list[Any]) -> tuple[str, list[Any
     Elsewhere (and on an SQLite built without JSON), ``IN (%s, ...)``.
     """
     if conn.vendor == "postgresql":
-        kind = "bigint" if isinstance(values[0], int) else "text"
+        kind = "bigint" if values and isinstance(values[0], int) else "text"
         return f"{expression} = ANY(%s::{kind}[])", [array_literal(kind, values)]
     if conn.vendor == "sqlite" and conn.features.supports_json_field:
         return f"{expression} IN (SELECT value FROM json_each(%s))", [json.dumps(list(values))]
@@ -144,16 +144,17 @@ def array_literal(kind: str, values: list[Any]) -> str:
                 value = value.replace("\\", "\\\\").replace('"', '\\"')
             append('"' + value + '"')
     elif kind == "timestamptz":
-        texts: dict[datetime, str] = {}
+        # By fold too: the two times of an hour repeated when the clocks go back are equal.
+        texts: dict[tuple[datetime, int], str] = {}
         for value in values:
             if value is None:
                 append("NULL")
                 continue
-            text = texts.get(value)
+            text = texts.get((value, value.fold))
             if text is None:
                 if value.tzinfo is None:
                     raise ValueError(f"a naive datetime for a timestamptz array: {value!r}")
-                text = texts[value] = '"' + value.isoformat() + '"'
+                text = texts[(value, value.fold)] = '"' + value.isoformat() + '"'
             append(text)
     else:
         for value in values:
