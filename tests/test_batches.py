@@ -737,33 +737,6 @@ class BatchLockTests(TransactionTestCase):
         self.assertFalse(any(lock.valid for lock in locks))
         self.assertLessEqual(TaskLock.objects.get(name="a1").lock_until, datetime.now(UTC))
 
-    @pytest.mark.vendor("postgresql")
-    def test_a_lock_taken_over_and_kept_locked_elsewhere_does_not_hold_up_the_release(self):
-        locks = self._two_acquisitions()
-        TaskLock.objects.filter(name="b1").update(
-            locked_by="b", locked_at=datetime.now(UTC) + timedelta(seconds=1)
-        )
-        stuck = connections.create_connection("default")  # the new holder's open transaction
-        self.addCleanup(stuck.close)
-        stuck.set_autocommit(False)
-        with stuck.cursor() as cursor:
-            table = connection.ops.quote_name(TaskLock._meta.db_table)
-            cursor.execute(f"SELECT * FROM {table} WHERE name = 'b1' FOR UPDATE")
-        try:
-            lost = self.provider.unlock_many(locks)
-        finally:
-            stuck.rollback()
-        self.assertEqual(lost, {"b1"})
-        self.assertLessEqual(TaskLock.objects.get(name="a1").lock_until, datetime.now(UTC))
-
-    @pytest.mark.vendor("postgresql")
-    def test_the_locks_of_several_acquisitions_are_released_in_one_statement(self):
-        locks = self._two_acquisitions()
-        with CaptureQueriesContext(connection) as queries:
-            self.assertEqual(self.provider.unlock_many(locks), set())
-        statements = [q["sql"] for q in queries if not q["sql"].startswith(CONTROL)]
-        self.assertEqual([sql.split()[0] for sql in statements], ["UPDATE"])
-
     def test_lock_at_least_for_holds_a_released_lock_until_it_has_passed(self):
         config = LockConfiguration("x", "1m", "30s")
         locks = self.provider.lock_many([config], now=datetime.now(UTC), absent={"x"})

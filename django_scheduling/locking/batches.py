@@ -1,10 +1,10 @@
 """Take and release many locks at once: the batch verbs of ``DatabaseLockProvider``.
 
 A burst's locks are taken in one statement per ``lock_at_most_for`` (and one more for the rows
-that do not exist yet), and released in one per acquisition (on PostgreSQL, one for all), all in
-name order so that two instances' batches wait for each other rather than deadlock. With
-*joined* they run in the caller's transaction: the scheduler takes a batch's locks, records its
-runs and claims its fire times in one commit.
+that do not exist yet), and released in one per acquisition, all in name order so that two
+instances' batches wait for each other rather than deadlock. With *joined* they run in the
+caller's transaction: the scheduler takes a batch's locks, records its runs and claims its fire
+times in one commit.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from django.db import DatabaseError, connections, transaction
 
 from ..clock import utcnow
 from ..storage.errors import CONFLICT, POSTGRES_LOCK_TIMEOUT, error_code
-from ..storage.sql import array_literal, arrays
+from ..storage.sql import arrays
 from .base import Lock, LockConfiguration
 from .statements import LockSql
 
@@ -208,9 +208,8 @@ def unlock_many(
     provider: DatabaseLockProvider, locks: list[Lock], *, joined: bool = False
 ) -> set[str]:
     """Release *locks* (handles of this provider), each not before its
-    ``lock_at_least_for``, in one statement per acquisition time (on PostgreSQL, one for all
-    of them); return the names of those that were no longer held by their handle (see
-    ``Lock.unlock``).
+    ``lock_at_least_for``, in one statement per acquisition time; return the names of
+    those that were no longer held by their handle (see ``Lock.unlock``).
 
     Raise ``LockError`` if the database fails; the handles then stay usable.
     """
@@ -231,10 +230,7 @@ def unlock_many(
                 if joined
                 else LockSql(provider._connection(name, owner))
             )
-        if sql is not None and sql.vendor == "postgresql" and len(groups) > 1:
-            lost = _release_together(provider, sql, groups)
-            groups = {}
-        elif sql is not None and len(groups) > 1:
+        if sql is not None and len(groups) > 1:
             _lock_in_order(provider, sql, [lock.config.name for lock in mine])
         for (owner, locked_at, least_until), group in groups.items():
             assert sql is not None
@@ -261,55 +257,6 @@ def unlock_many(
             "and was taken again, or its row was deleted; holders may have overlapped",
             name,
         )
-    return lost
-
-
-def _release_together(
-    provider: DatabaseLockProvider,
-    sql: LockSql,
-    groups: dict[tuple[str, datetime, datetime], list[Any]],
-) -> set[str]:
-    """Release the locks of several acquisitions (*groups*) in one statement, which takes
-    their rows in name order (PostgreSQL); return the names no longer held by their handle.
-
-    The writer releases the locks of the runs that ended meanwhile, taken by several claims:
-    one statement per claim, after a statement that took their rows in name order, cost a
-    round trip each and about a twentieth of the database's time at 10,000 firings a second.
-    """
-    rows: list[list[Any]] = [[], [], [], []]  # name, owner, taken at, held at least until
-    for (owner, locked_at, least_until), group in groups.items():
-        for lock in group:
-            values = (lock.config.name, owner, locked_at, least_until)
-            for column, value in zip(rows, values, strict=True):
-                column.append(value)
-    names = rows[0]
-    table, table_params = arrays(
-        ["text", "text", "timestamptz", "timestamptz"],
-        ["lock_name", "owner", "taken", "least"],
-        rows,
-    )
-    # Only the rows still held by one of these acquisitions are locked: one taken over since
-    # is left alone, not waited for.
-    among, among_params = sql.among(names)
-    held = f"{sql.by} = ANY(%s::text[]) AND {sql.at} = ANY(%s::timestamptz[])"
-    held_params = [array_literal("text", rows[1]), array_literal("timestamptz", rows[2])]
-    name = f"{sql.table}.{sql.name}"
-    statement = (
-        f"UPDATE {sql.table} SET {sql.until} = GREATEST(now(), v.least) FROM {table} "
-        f"WHERE {name} = v.lock_name AND {sql.by} = v.owner AND {sql.at} = v.taken AND {name} IN "
-        f"(SELECT {sql.name} FROM {sql.table} WHERE {among} AND {held} "
-        f"ORDER BY {sql.name} FOR UPDATE)"
-    )
-    count = provider._execute(sql, statement, [*table_params, *among_params, *held_params])
-    lost: set[str] = set()
-    for (owner, locked_at, _), group in groups.items():
-        if count != len(names):
-            group_names = [lock.config.name for lock in group]
-            lost |= set(group_names) - _mine(provider, sql, group_names, owner, locked_at)
-        if sql.joined:
-            transaction.on_commit(functools.partial(spend, group), using=sql.conn.alias)
-        else:
-            spend(group)
     return lost
 
 
