@@ -3,6 +3,8 @@
 import asyncio
 import functools
 import os
+import select
+import signal
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -337,8 +339,13 @@ class SettingsTests(SimpleTestCase):
                 os._exit(0)
         os.close(write)
         with os.fdopen(read, "rb") as pipe:
+            # A child that hangs (a lock held by another thread at the fork) fails the test.
+            ready, _, _ = select.select([pipe], [], [], 30)
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            self.assertTrue(ready, "the forked child did not answer within 30 s")
             child = pipe.read().decode()
-        os.waitpid(pid, 0)
         self.assertEqual(get_settings().instance_name, parent)
         self.assertNotEqual(child, parent)
         self.assertIn(str(pid), child)
