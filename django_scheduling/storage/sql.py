@@ -90,8 +90,7 @@ def duration_adapter(conn: Any) -> Callable[[timedelta], Any]:
 
 
 def any_of(conn: Any, expression: str, values: list[Any]) -> tuple[str, list[Any]]:
-    """Return the SQL and parameters of "*expression* is one of *values*" (not empty; names
-    or ids).
+    """Return the SQL and parameters of "*expression* is one of *values*" (names, not empty).
 
     On PostgreSQL one array parameter, ``= ANY(%s::text[])``: the statement's text is the same
     whatever the batch's size, so psycopg converts it once and caches it, where a placeholder
@@ -106,8 +105,7 @@ def any_of(conn: Any, expression: str, values: list[Any]) -> tuple[str, list[Any
     Elsewhere (and on an SQLite built without JSON), ``IN (%s, ...)``.
     """
     if conn.vendor == "postgresql":
-        kind = "bigint" if values and isinstance(values[0], int) else "text"
-        return f"{expression} = ANY(%s::{kind}[])", [array_literal(kind, values)]
+        return f"{expression} = ANY(%s::text[])", [array_literal("text", values)]
     if conn.vendor == "sqlite" and conn.features.supports_json_field:
         return f"{expression} IN (SELECT value FROM json_each(%s))", [json.dumps(list(values))]
     return f"{expression} IN ({', '.join(['%s'] * len(values))})", list(values)
