@@ -15,6 +15,7 @@ from django.test import SimpleTestCase
 
 from django_scheduling import shutdown_requested
 from django_scheduling.runtime.calls import Entry, FunctionCall, RunRequest
+from django_scheduling.runtime.claim_queue import CLAIM_THREADS
 from django_scheduling.runtime.delay_queue import DelayQueue
 from django_scheduling.runtime.scheduler import (
     BATCH_SIZE,
@@ -492,3 +493,92 @@ class ClaimAheadTests(Bursts):
         self.assertEqual(scheduler.shutdown(DEADLINE), [])
         self.assertTrue(all(len(task.runs) == 1 for task in tasks))
         self.assertGreaterEqual(min(task.runs[0][1] for task in tasks), instant)
+
+
+class GatedRunner(MemoryRunner):
+    """A runner whose first claims, one per claim thread, wait for ``gate``: the claim threads
+    stay busy while a test hands more firings over. It notes the names in each claim."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = threading.Event()
+        self.batches: list[list[str]] = []
+
+    def dispatch(self, items):
+        with self.lock:
+            self.batches.append([entry.name for entry, _ in items])
+            held = len(self.batches) <= CLAIM_THREADS
+        if held:
+            self.gate.wait(DEADLINE)
+        return super().dispatch(items)
+
+
+class ClaimOrderTests(Bursts):
+    """While the claim threads are busy, what waits for them is claimed the most urgent first,
+    and firings that come due a few at a time are claimed together."""
+
+    def hold_the_claim_threads(self, scheduler, runner):
+        past = now() - timedelta(seconds=1)
+        for index in range(CLAIM_THREADS):
+            self.burst(scheduler, 1, past, prefix=f"held{index}-")
+            wait_for(functools.partial(lambda count: len(runner.batches) == count, index + 1))
+
+    def taken(self, scheduler):
+        """How many entries the delay queue has handed over (or are running)."""
+        return sum(entry.running for entry in scheduler.entries())
+
+    def add_one_by_one(self, scheduler, count, at, prefix):
+        entries = []
+        for index in range(count):
+            task = Task(FixedRateTrigger(timedelta(hours=1)), state=TriggerState(anchor=at))
+            entries.append(Entry(f"{prefix}{index:03}", task))
+            scheduler.add(entries[-1])
+            wait_for(lambda: entries[-1].running)  # taken from the delay queue, handed over
+        return entries
+
+    def test_firings_due_a_few_at_a_time_are_claimed_together_while_the_threads_are_busy(self):
+        # Runs that end behind their schedule put their entries back already due, one by one:
+        # claims of one firing each, a transaction each, fell further behind.
+        runner = GatedRunner()
+        scheduler = self.make(runner)
+        scheduler.start()
+        self.hold_the_claim_threads(scheduler, runner)
+        late = self.add_one_by_one(scheduler, 30, now() - timedelta(seconds=1), "late")
+        runner.gate.set()
+        wait_for(lambda: all(entry.payload.runs for entry in late))
+        self.assertEqual(len(runner.batches), CLAIM_THREADS + 1)
+        self.assertEqual(runner.batches[-1], [entry.name for entry in late])
+
+    def test_a_late_firing_is_claimed_before_a_burst_claimed_ahead(self):
+        runner = GatedRunner()
+        scheduler = self.make(runner)
+        scheduler.start()
+        self.hold_the_claim_threads(scheduler, runner)
+        burst = self.burst(scheduler, 500, now() + timedelta(seconds=1))  # claimed 250 ms ahead
+        wait_for(
+            lambda: all(entry.running for entry in scheduler.entries() if entry.payload in burst)
+        )
+        late = self.add_one_by_one(scheduler, 1, now() - timedelta(seconds=1), "late")
+        runner.gate.set()
+        wait_for(lambda: all(task.runs for task in burst) and late[0].payload.runs)
+        self.assertEqual(runner.batches[CLAIM_THREADS], ["late000"])
+        self.assertEqual(sum(map(len, runner.batches[CLAIM_THREADS + 1 :])), 500)
+
+    def test_a_late_firing_brings_forward_the_waiting_batch_it_joins(self):
+        runner = GatedRunner()
+        scheduler = self.make(runner)
+        scheduler.start()
+        self.hold_the_claim_threads(scheduler, runner)
+        instant = now() + timedelta(seconds=1)
+        first = self.burst(scheduler, 200, instant, prefix="first")  # 100 ms ahead: 2 batches
+        wait_for(lambda: self.taken(scheduler) == 200 + CLAIM_THREADS)
+        # A burst of one batch, due later, and claimed ahead: a hand-over that others may join.
+        later = self.burst(scheduler, 50, instant + timedelta(milliseconds=500), prefix="later")
+        wait_for(lambda: self.taken(scheduler) == 250 + CLAIM_THREADS)
+        self.add_one_by_one(scheduler, 1, now() - timedelta(seconds=1), "late")
+        runner.gate.set()
+        wait_for(lambda: all(task.runs for task in first + later))
+        self.assertEqual(
+            runner.batches[CLAIM_THREADS],
+            [f"later{index:05}" for index in range(50)] + ["late000"],
+        )

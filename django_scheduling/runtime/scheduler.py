@@ -3,11 +3,12 @@
 One dispatcher thread keeps every task in a heap of times, each with the list of the tasks whose
 next fire time it is. It sleeps until the earliest one is due (or until something earlier is
 added), pops every due entry in one hold of the lock, and hands them, in batches of
-``BATCH_SIZE``, to the claim threads. There the firing pipeline (``firing.FiringPipeline``)
-decides and claims each batch, and answers for each firing with a ``Call`` to run on the worker
-pool or with when its entry fires next. A call reports its entry's next fire time once its end
-is recorded; only then does the entry go back into the delay queue, so one task never runs twice
-at once in this process. The dispatcher does no I/O.
+``BATCH_SIZE``, to the claim threads (``claim_queue``), the batch with the earliest fire time
+first. There the firing pipeline (``firing.FiringPipeline``) decides and claims each batch,
+and answers for each firing with a ``Call`` to run on the worker pool or with when its entry
+fires next. A call reports its entry's next fire time once its end is recorded; only then does
+the entry go back into the delay queue, so one task never runs twice at once in this process.
+The dispatcher does no I/O.
 
 With a bounded queue (``QUEUE_CAPACITY``), a firing is claimed only if the pool has room for
 it: those that find none get the rejection policy before they are claimed, so that another
@@ -19,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -29,7 +29,8 @@ from ..bursts import Burst, bursts
 from ..clock import utcnow
 from ..context import shutdown_requested, stopping_context
 from .calls import Call, Dispatcher, Entry, Outcome, RunRequest
-from .delay_queue import BATCH_SIZE, CLAIM_AHEAD_MAX, DelayQueue, Due, claim_ahead, in_batches
+from .claim_queue import ClaimQueue
+from .delay_queue import BATCH_SIZE, CLAIM_AHEAD_MAX, DelayQueue, Due, claim_ahead
 from .pool import PoolStats, RejectedWork, RejectionPolicy, Work, WorkerPool
 
 __all__ = [
@@ -46,8 +47,6 @@ logger = logging.getLogger(__name__)
 
 #: After a dispatch error, an entry is tried again this long later, doubling up to a minute.
 _RETRY_MIN, _RETRY_MAX = 1.0, 60.0
-#: Threads that claim batches: one waits on the database while the other works.
-CLAIM_THREADS = 2
 
 
 class _Calls:
@@ -120,19 +119,12 @@ class Scheduler:
             on_reject=self._on_reject,
             on_exit=on_thread_exit,
         )
-        self._claims = WorkerPool(
-            core_size=0,
-            max_size=CLAIM_THREADS,
-            queue_capacity=None,
-            keep_alive=keep_alive,
-            name=f"{name}-claims",
-            on_exit=on_thread_exit,
+        self.claims = ClaimQueue(
+            self._claim, keep_alive=keep_alive, name=f"{name}-claims", on_exit=on_thread_exit
         )
         #: With a bounded queue: the firings admitted (see ``_admit``) and not handed to the
         #: pool yet, for which it keeps room.
         self._reserved = 0
-        # Where each burst's claims begin (see ``in_batches``).
-        self._random = random.Random()
         self.queue = DelayQueue()
         self._cond = self.queue.cond
         #: The entries put in the place of one whose run was under way, by name, with the
@@ -271,7 +263,7 @@ class Scheduler:
             return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
         # Batches being claimed hand their firings to the pool: wait for them first.
-        self._claims.shutdown(wait=True, timeout=remaining())
+        self.claims.shutdown(remaining())
         # Firings claimed ahead are this instance's to run: each at its time.
         with self._cond:
             claimed = self.queue.take_claimed()
@@ -300,19 +292,7 @@ class Scheduler:
             self._run_calls(calls)
         if self.bounded:
             due = self._admit(due)
-        if not due:
-            return
-        chunks = in_batches(due, BATCH_SIZE, start=self._random.random())
-        del due
-        for index, chunk in enumerate(chunks):
-            try:
-                self._claims.submit(functools.partial(self._claim, chunk), label="claims")
-            except RuntimeError:
-                # No claim thread could start (a thread limit, or a shutdown): this thread
-                # claims the rest itself.
-                for rest in chunks[index:]:
-                    self._claim(rest)
-                return
+        self.claims.hand_over(due)
 
     def _admit(self, due: list[Due]) -> list[Due]:
         """Return the firings of *due* that the bounded pool has room for, and keep that room;

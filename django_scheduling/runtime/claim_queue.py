@@ -1,0 +1,135 @@
+"""The batches of due firings that wait for the claim threads, and those threads.
+
+The dispatcher hands its due firings over here, cut into batches of ``BATCH_SIZE`` (see
+``in_batches``). Two claim threads take them up, the batch with the earliest fire time first:
+when the scheduler is behind, the late firings go before those claimed ahead of their time,
+which have time to spare. Firings handed over a few at a time join the batch that still waits
+for a thread, rather than wait in small batches of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import random
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+from .delay_queue import BATCH_SIZE, Due, in_batches
+from .pool import WorkerPool
+
+__all__ = ["CLAIM_THREADS", "ClaimQueue"]
+
+#: Threads that claim batches: one waits on the database while the other works.
+CLAIM_THREADS = 2
+
+
+@dataclasses.dataclass(order=True, slots=True)
+class _Batch:
+    """Due firings waiting for a claim thread, the most urgent first: by the earliest fire
+    time among them (a run request comes first of all), then in the order handed over."""
+
+    earliest: float
+    sequence: int
+    firings: list[Due] = dataclasses.field(compare=False)
+
+
+def _earliest(firings: list[Due]) -> float:
+    return min(
+        item.firing.timestamp() if isinstance(item.firing, datetime) else 0.0 for item in firings
+    )
+
+
+class ClaimQueue:
+    """Hand due firings to *claim* on the claim threads, in batches, the most urgent first."""
+
+    def __init__(
+        self,
+        claim: Callable[[list[Due]], None],
+        *,
+        keep_alive: float,
+        name: str,
+        on_exit: Callable[[], object] | None,
+    ) -> None:
+        self._claim = claim
+        self._threads = WorkerPool(
+            core_size=0,
+            max_size=CLAIM_THREADS,
+            queue_capacity=None,
+            keep_alive=keep_alive,
+            name=name,
+            on_exit=on_exit,
+        )
+        #: The batches not taken up yet, a heap. The lock guards it and ``_joinable``.
+        self._batches: list[_Batch] = []
+        self._lock = threading.Lock()
+        self._sequence = itertools.count()
+        #: The last batch made of a hand-over smaller than a batch, while it waits: later
+        #: small hand-overs join it (see ``_join``).
+        self._joinable: _Batch | None = None
+        # Where each burst's batches begin (see ``in_batches``).
+        self._random = random.Random()
+
+    def hand_over(self, due: list[Due]) -> None:
+        """Queue *due* for the claim threads, in batches."""
+        if not due:
+            return
+        small = len(due) < BATCH_SIZE
+        if small:
+            due = self._join(due)
+            if not due:
+                return
+        chunks = in_batches(due, BATCH_SIZE, start=self._random.random())
+        del due
+        for chunk in chunks:
+            batch = _Batch(_earliest(chunk), next(self._sequence), chunk)
+            with self._lock:
+                heapq.heappush(self._batches, batch)
+                if small:
+                    self._joinable = batch
+            try:
+                self._threads.submit(self._claim_next, label="claims")
+            except RuntimeError:
+                # No claim thread could start (a thread limit, or a shutdown): this thread
+                # claims in its place.
+                self._claim_next()
+
+    def shutdown(self, timeout: float | None) -> None:
+        """Wait up to *timeout* seconds for the batches handed over to be claimed."""
+        self._threads.shutdown(wait=True, timeout=timeout)
+
+    def _join(self, due: list[Due]) -> list[Due]:
+        """Put what it has room for of *due* in the waiting batch of earlier small hand-overs;
+        return the rest.
+
+        Runs that end behind their schedule put their entries back already due, a few at a
+        time. While the claim threads are busy, those join a batch that waits for them rather
+        than wait in batches of their own: each batch is a transaction, and claims of a few
+        firings each would fall further behind."""
+        with self._lock:
+            waiting = self._joinable
+            if waiting is None:
+                return due
+            room = BATCH_SIZE - len(waiting.firings)
+            if room <= 0:
+                self._joinable = None
+                return due
+            joining, due = due[:room], due[room:]
+            waiting.firings += joining
+            earliest = _earliest(joining)
+            if earliest < waiting.earliest:
+                waiting.earliest = earliest
+                heapq.heapify(self._batches)
+        return due
+
+    def _claim_next(self) -> None:
+        """Claim the most urgent waiting batch. Each batch handed over makes one call here."""
+        with self._lock:
+            if not self._batches:
+                return
+            batch = heapq.heappop(self._batches)
+            if batch is self._joinable:
+                self._joinable = None
+        self._claim(batch.firings)
