@@ -8,6 +8,7 @@ import gc
 import threading
 
 import pytest
+from django.conf import settings
 from django.db import connections
 from django.test import SimpleTestCase
 
@@ -154,6 +155,32 @@ class RunEventsTests(SimpleTestCase):
         self.assertTrue(self.events.drain(10))
         # SystemExit stopped the receivers after it for that event, not the thread.
         self.assertIn(3, self.seen)
+
+    def test_an_observer_is_asked_whether_it_listens_once_and_again_after_a_settings_change(self):
+        # Asking for each event read the settings per observer, a system call each. (The
+        # events thread asks too, once for each lot of events it takes: not counted here.)
+        asked = []
+        publisher = threading.current_thread()
+
+        def active():
+            if threading.current_thread() is publisher:
+                asked.append(True)
+            return getattr(settings, "OBSERVER_ON", False)
+
+        def observer(sender, **kwargs):
+            self.seen.append(kwargs["n"])
+
+        self.events.subscribe(self.signal, observer, active)
+        for n in (1, 2, 3):
+            self.events.publish(self.signal, "task", n=n)
+        with self.settings(OBSERVER_ON=True):
+            for n in (4, 5):
+                self.events.publish(self.signal, "task", n=n)
+            self.assertTrue(self.events.drain(10))
+        self.events.publish(self.signal, "task", n=6)
+        self.assertTrue(self.events.drain(10))
+        self.assertEqual(self.seen, [4, 5])
+        self.assertEqual(len(asked), 3)  # once before the change, once in it, once after
 
     @pytest.mark.vendor("postgresql", "mysql")  # Django never closes an in-memory SQLite one
     def test_the_thread_lets_its_database_connection_go_after_a_delivery(self):

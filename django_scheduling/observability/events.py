@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from django.core.signals import setting_changed
 from django.db import close_old_connections
 from django.dispatch import Signal
 
@@ -30,7 +31,8 @@ __all__ = ["Active", "RunEvents", "run_events"]
 logger = logging.getLogger(__name__)
 
 Handler = Callable[..., object]
-#: Whether an observer wants events now (its setting is on); asked for each event published.
+#: Whether an observer wants events (its setting is on). Asked once per signal, and again after
+#: each change of the settings or of the observers: it must depend on the settings only.
 Active = Callable[[], bool]
 
 
@@ -48,6 +50,11 @@ class RunEvents:
         self._cond = threading.Condition()
         self._busy = False
         self._thread: threading.Thread | None = None
+        #: Whether an active observer hears each signal (see ``_heard``), and the count of
+        #: changes that made it unknown: a value found before a change is not kept after it.
+        self._hearing: dict[Signal, bool] = {}
+        self._changes = 0
+        setting_changed.connect(self._forget_hearing)
         # After a fork the parent's thread is not in the child: the first event starts one.
         os.register_at_fork(after_in_child=self._forget_thread)
 
@@ -64,19 +71,37 @@ class RunEvents:
             handlers = self._observers.setdefault(signal, [])
             if all(known is not handler for known, _ in handlers):
                 handlers.append((handler, active))
+        self._forget_hearing()
 
     def unsubscribe(self, signal: Signal, handler: Handler) -> None:
         with self._cond:
             handlers = self._observers.get(signal, [])
             handlers[:] = [(known, active) for known, active in handlers if known is not handler]
+        self._forget_hearing()
+
+    def _heard(self, signal: Signal) -> bool:
+        """Whether an active observer hears *signal*. The answer is kept: asking each event
+        cost the firing path a read of the settings per observer, and that read's check of
+        the process id is a system call."""
+        heard = self._hearing.get(signal)
+        if heard is None:
+            changes = self._changes
+            heard = any(active() for _, active in self._observers.get(signal, ()))
+            with self._cond:
+                if changes == self._changes:
+                    self._hearing[signal] = heard
+        return heard
+
+    def _forget_hearing(self, **kwargs: Any) -> None:
+        with self._cond:
+            self._changes += 1
+            self._hearing = {}
 
     def publish(self, signal: Signal, sender: str, **kwargs: Any) -> None:
         """Queue an event of *signal* from *sender*; never waits on an observer. An event that
         no observer and no receiver would hear is not queued (a signal's receivers are only
         read here, never called)."""
-        if not signal.receivers and not any(
-            active() for _, active in self._observers.get(signal, ())
-        ):
+        if not signal.receivers and not self._heard(signal):
             return
         with self._cond:
             was_empty = not self._queue
