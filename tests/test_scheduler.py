@@ -15,8 +15,8 @@ from django.test import SimpleTestCase
 
 from django_scheduling import shutdown_requested
 from django_scheduling.runtime.calls import Entry, FunctionCall, RunRequest
-from django_scheduling.runtime.claim_queue import CLAIM_THREADS
-from django_scheduling.runtime.delay_queue import DelayQueue
+from django_scheduling.runtime.claim_queue import CLAIM_THREADS, ClaimQueue
+from django_scheduling.runtime.delay_queue import DelayQueue, Due
 from django_scheduling.runtime.scheduler import (
     BATCH_SIZE,
     CLAIM_AHEAD_MAX,
@@ -523,18 +523,24 @@ class ClaimOrderTests(Bursts):
             self.burst(scheduler, 1, past, prefix=f"held{index}-")
             wait_for(functools.partial(lambda count: len(runner.batches) == count, index + 1))
 
-    def taken(self, scheduler):
-        """How many entries the delay queue has handed over (or are running)."""
-        return sum(entry.running for entry in scheduler.entries())
+    def wait_until_waiting(self, scheduler, count):
+        """Wait until *count* firings wait for a claim thread: all handed over."""
+        wait_for(lambda: scheduler.claims.waiting == count)
 
     def add_one_by_one(self, scheduler, count, at, prefix):
         entries = []
+        waiting = scheduler.claims.waiting
         for index in range(count):
             task = Task(FixedRateTrigger(timedelta(hours=1)), state=TriggerState(anchor=at))
             entries.append(Entry(f"{prefix}{index:03}", task))
             scheduler.add(entries[-1])
-            wait_for(lambda: entries[-1].running)  # taken from the delay queue, handed over
+            self.wait_until_waiting(scheduler, waiting + index + 1)
         return entries
+
+    def first_taken_up(self, runner):
+        """The batches the claim threads took up first once free (in either order: each
+        thread notes its own)."""
+        return runner.batches[CLAIM_THREADS : 2 * CLAIM_THREADS]
 
     def test_firings_due_a_few_at_a_time_are_claimed_together_while_the_threads_are_busy(self):
         # Runs that end behind their schedule put their entries back already due, one by one:
@@ -555,14 +561,12 @@ class ClaimOrderTests(Bursts):
         scheduler.start()
         self.hold_the_claim_threads(scheduler, runner)
         burst = self.burst(scheduler, 500, now() + timedelta(seconds=1))  # claimed 250 ms ahead
-        wait_for(
-            lambda: all(entry.running for entry in scheduler.entries() if entry.payload in burst)
-        )
+        self.wait_until_waiting(scheduler, 500)
         late = self.add_one_by_one(scheduler, 1, now() - timedelta(seconds=1), "late")
         runner.gate.set()
         wait_for(lambda: all(task.runs for task in burst) and late[0].payload.runs)
-        self.assertEqual(runner.batches[CLAIM_THREADS], ["late000"])
-        self.assertEqual(sum(map(len, runner.batches[CLAIM_THREADS + 1 :])), 500)
+        self.assertIn(["late000"], self.first_taken_up(runner))
+        self.assertEqual(sum(map(len, runner.batches[CLAIM_THREADS:])), 501)
 
     def test_a_late_firing_brings_forward_the_waiting_batch_it_joins(self):
         runner = GatedRunner()
@@ -571,14 +575,61 @@ class ClaimOrderTests(Bursts):
         self.hold_the_claim_threads(scheduler, runner)
         instant = now() + timedelta(seconds=1)
         first = self.burst(scheduler, 200, instant, prefix="first")  # 100 ms ahead: 2 batches
-        wait_for(lambda: self.taken(scheduler) == 200 + CLAIM_THREADS)
+        self.wait_until_waiting(scheduler, 200)
         # A burst of one batch, due later, and claimed ahead: a hand-over that others may join.
         later = self.burst(scheduler, 50, instant + timedelta(milliseconds=500), prefix="later")
-        wait_for(lambda: self.taken(scheduler) == 250 + CLAIM_THREADS)
+        self.wait_until_waiting(scheduler, 250)
         self.add_one_by_one(scheduler, 1, now() - timedelta(seconds=1), "late")
         runner.gate.set()
         wait_for(lambda: all(task.runs for task in first + later))
-        self.assertEqual(
-            runner.batches[CLAIM_THREADS],
-            [f"later{index:05}" for index in range(50)] + ["late000"],
+        joined = [f"later{index:05}" for index in range(50)] + ["late000"]
+        self.assertIn(joined, self.first_taken_up(runner))
+
+    def test_firings_no_claim_thread_took_up_by_the_stop_are_let_go_not_left_running(self):
+        runner = GatedRunner()
+        scheduler = self.make(runner)
+        scheduler.start()
+        self.hold_the_claim_threads(scheduler, runner)
+        self.add_one_by_one(scheduler, 5, now() - timedelta(seconds=1), "late")
+        self.addCleanup(runner.gate.set)  # the held claims end after the stop gave up on them
+        still_running = scheduler.shutdown(0.2)
+        self.assertEqual(still_running, [f"held{index}-00000" for index in range(CLAIM_THREADS)])
+        self.assertEqual(scheduler.claims.waiting, 0)
+
+
+class ClaimQueueTests(SimpleTestCase):
+    def first_taken_up(self, due, start):
+        """Hand *due* over while the claim threads are busy, with its batches beginning at
+        *start*; return the first names of the batches the threads take up first, once free."""
+        claimed, gate = [], threading.Event()
+
+        def claim(firings):
+            claimed.append(firings[0].entry.name)
+            if len(claimed) <= CLAIM_THREADS:
+                gate.wait(DEADLINE)
+
+        queue = ClaimQueue(
+            claim, keep_alive=60.0, name="test-claims", on_exit=None, starts=lambda: start
         )
+        self.addCleanup(queue.shutdown, DEADLINE)
+        self.addCleanup(gate.set)
+        for index in range(CLAIM_THREADS):
+            queue.hand_over([Due(Entry(f"held{index}", None), due[0].firing)])
+            wait_for(functools.partial(lambda count: len(claimed) == count, index + 1))
+        queue.hand_over(due)
+        gate.set()
+        batches = -(-len(due) // BATCH_SIZE)
+        wait_for(lambda: len(claimed) == CLAIM_THREADS + batches)
+        return set(claimed[CLAIM_THREADS : 2 * CLAIM_THREADS])
+
+    def test_the_batches_of_one_hand_over_keep_their_rotation_whatever_their_fire_times(self):
+        # Every instance cuts the same batches and starts at a batch of its own, so that they
+        # claim different rows at the same moment. Ordered by each batch's own earliest time,
+        # every instance would start a backlog of mixed times at the same batch.
+        base = now() - timedelta(hours=1)
+        due = [
+            Due(Entry(f"task{index:04}", None), base + timedelta(seconds=index % 600))
+            for index in range(1_000)
+        ]
+        self.assertEqual(self.first_taken_up(due, 0.0), {"task0000", "task0100"})
+        self.assertEqual(self.first_taken_up(due, 0.5), {"task0500", "task0600"})

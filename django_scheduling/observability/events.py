@@ -66,7 +66,8 @@ class RunEvents:
         """Deliver *signal*'s events to *handler* (called as a receiver is: ``handler(sender,
         **kwargs)``), before the signal's receivers, while *active()* says so (an observer
         whose setting is off costs the firing path nothing); subscribing it again changes
-        nothing."""
+        nothing. *active()* must depend on the settings only: its answer is kept until they
+        change."""
         with self._cond:
             handlers = self._observers.setdefault(signal, [])
             if all(known is not handler for known, _ in handlers):
@@ -92,6 +93,8 @@ class RunEvents:
                     self._hearing[signal] = heard
         return heard
 
+    # Connected to ``setting_changed`` after ``conf``'s own receiver (the package imports
+    # ``conf`` first), so an answer read between the two cannot come from the old settings.
     def _forget_hearing(self, **kwargs: Any) -> None:
         with self._cond:
             self._changes += 1

@@ -1,10 +1,12 @@
 """The batches of due firings that wait for the claim threads, and those threads.
 
 The dispatcher hands its due firings over here, cut into batches of ``BATCH_SIZE`` (see
-``in_batches``). Two claim threads take them up, the batch with the earliest fire time first:
-when the scheduler is behind, the late firings go before those claimed ahead of their time,
-which have time to spare. Firings handed over a few at a time join the batch that still waits
-for a thread, rather than wait in small batches of their own.
+``in_batches``). Two claim threads take them up, the earliest fire time first (that of the
+hand-over a batch came in, so that a hand-over's batches keep their order): when the scheduler
+is behind, the late firings go before those claimed ahead of their time, which have time to
+spare. Firings handed over a few at a time join the batch that still waits for a thread,
+rather than wait in small batches of their own. At a stop, the batches no thread took up in
+time are given back unclaimed.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ CLAIM_THREADS = 2
 @dataclasses.dataclass(order=True, slots=True)
 class _Batch:
     """Due firings waiting for a claim thread, the most urgent first: by the earliest fire
-    time among them (a run request comes first of all), then in the order handed over."""
+    time of the hand-over they came in (a run request comes first of all), then in the order
+    handed over. The batches of one hand-over share its time, so that they keep the order
+    ``in_batches`` gave them, which differs from one instance to the next."""
 
     earliest: float
     sequence: int
@@ -52,6 +56,7 @@ class ClaimQueue:
         keep_alive: float,
         name: str,
         on_exit: Callable[[], object] | None,
+        starts: Callable[[], float] = random.random,
     ) -> None:
         self._claim = claim
         self._threads = WorkerPool(
@@ -69,11 +74,18 @@ class ClaimQueue:
         #: The last batch made of a hand-over smaller than a batch, while it waits: later
         #: small hand-overs join it (see ``_join``).
         self._joinable: _Batch | None = None
-        # Where each burst's batches begin (see ``in_batches``).
-        self._random = random.Random()
+        #: Where each hand-over's batches begin, in [0, 1) (see ``in_batches``).
+        self._starts = starts
+
+    @property
+    def waiting(self) -> int:
+        """How many firings wait for a claim thread."""
+        with self._lock:
+            return sum(len(batch.firings) for batch in self._batches)
 
     def hand_over(self, due: list[Due]) -> None:
-        """Queue *due* for the claim threads, in batches."""
+        """Queue *due* for the claim threads, in batches. When no claim thread can start (a
+        thread limit, or a shutdown), the calling thread claims in its place."""
         if not due:
             return
         small = len(due) < BATCH_SIZE
@@ -81,10 +93,11 @@ class ClaimQueue:
             due = self._join(due)
             if not due:
                 return
-        chunks = in_batches(due, BATCH_SIZE, start=self._random.random())
+        earliest = _earliest(due)
+        chunks = in_batches(due, BATCH_SIZE, start=self._starts())
         del due
         for chunk in chunks:
-            batch = _Batch(_earliest(chunk), next(self._sequence), chunk)
+            batch = _Batch(earliest, next(self._sequence), chunk)
             with self._lock:
                 heapq.heappush(self._batches, batch)
                 if small:
@@ -92,13 +105,15 @@ class ClaimQueue:
             try:
                 self._threads.submit(self._claim_next, label="claims")
             except RuntimeError:
-                # No claim thread could start (a thread limit, or a shutdown): this thread
-                # claims in its place.
                 self._claim_next()
 
-    def shutdown(self, timeout: float | None) -> None:
-        """Wait up to *timeout* seconds for the batches handed over to be claimed."""
+    def shutdown(self, timeout: float | None) -> list[Due]:
+        """Wait up to *timeout* seconds for the batches handed over to be claimed; return the
+        firings of those that no claim thread took up by then."""
         self._threads.shutdown(wait=True, timeout=timeout)
+        with self._lock:
+            left, self._batches, self._joinable = self._batches, [], None
+        return [item for batch in sorted(left) for item in batch.firings]
 
     def _join(self, due: list[Due]) -> list[Due]:
         """Put what it has room for of *due* in the waiting batch of earlier small hand-overs;

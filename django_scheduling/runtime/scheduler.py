@@ -262,8 +262,9 @@ class Scheduler:
         def remaining() -> float | None:
             return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
-        # Batches being claimed hand their firings to the pool: wait for them first.
-        self.claims.shutdown(remaining())
+        # Batches being claimed hand their firings to the pool: wait for them first. Those no
+        # claim thread took up in time go unclaimed, for another instance (see ``_claim``).
+        self._claim(self.claims.shutdown(remaining()))
         # Firings claimed ahead are this instance's to run: each at its time.
         with self._cond:
             claimed = self.queue.take_claimed()
@@ -286,8 +287,7 @@ class Scheduler:
             del taken
 
     def _hand_over(self, due: list[Due], calls: list[Call]) -> None:
-        """Hand the claimed calls whose time has come to the pool, and the due firings, in
-        batches, to the claim threads."""
+        """Run the claimed calls whose time has come; hand the due firings to the claims."""
         if calls:
             self._run_calls(calls)
         if self.bounded:
