@@ -15,7 +15,7 @@ from django.test import SimpleTestCase
 
 from django_scheduling import shutdown_requested
 from django_scheduling.runtime.calls import Entry, FunctionCall, RunRequest
-from django_scheduling.runtime.claim_queue import CLAIM_THREADS, ClaimQueue
+from django_scheduling.runtime.claim_queue import CLAIM_THREADS, ClaimQueue, _earliest
 from django_scheduling.runtime.delay_queue import DelayQueue, Due
 from django_scheduling.runtime.scheduler import (
     BATCH_SIZE,
@@ -633,3 +633,10 @@ class ClaimQueueTests(SimpleTestCase):
         ]
         self.assertEqual(self.first_taken_up(due, 0.0), {"task0000", "task0100"})
         self.assertEqual(self.first_taken_up(due, 0.5), {"task0500", "task0600"})
+
+    def test_a_hand_over_is_as_urgent_as_its_earliest_firing_and_a_run_request_most(self):
+        later, earlier = now(), now() - timedelta(minutes=1)
+        firings = [Due(Entry(name, None), at) for name, at in (("a", later), ("b", later))]
+        firings.insert(1, Due(Entry("c", None), earlier))
+        self.assertEqual(_earliest(firings), earlier.timestamp())
+        self.assertEqual(_earliest([*firings, Due(Entry("d", None), RunRequest())]), 0.0)
