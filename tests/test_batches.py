@@ -803,3 +803,5 @@ def test_array_literals_read_back_as_the_values_they_hold():
     assert row[1][-1] - row[1][-2] == timedelta(hours=1)
     with pytest.raises(ValueError, match="naive"):
         array_literal("timestamptz", [datetime(2026, 1, 1)])
+    with pytest.raises(ValueError, match="'boolean'"):  # not written as a number by mistake
+        array_literal("boolean", [True])

@@ -155,9 +155,11 @@ def array_literal(kind: str, values: list[Any]) -> str:
                     raise ValueError(f"a naive datetime for a timestamptz array: {value!r}")
                 text = texts[(value, value.fold)] = '"' + value.isoformat() + '"'
             append(text)
-    else:
+    elif kind in ("bigint", "integer"):
         for value in values:
             append("NULL" if value is None else str(int(value)))
+    else:
+        raise ValueError(f"no array literal for {kind!r}: text, timestamptz, bigint or integer")
     return "{" + ",".join(items) + "}"
 
 
