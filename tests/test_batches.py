@@ -805,3 +805,50 @@ def test_array_literals_read_back_as_the_values_they_hold():
         array_literal("timestamptz", [datetime(2026, 1, 1)])
     with pytest.raises(ValueError, match="'boolean'"):  # not written as a number by mistake
         array_literal("boolean", [True])
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("session_zone", [None, "America/New_York"])
+def test_the_rows_of_a_batch_are_read_with_the_times_the_orm_reads(session_zone):
+    # read_rows and read_claims select their datetimes as text, and parse each distinct value
+    # themselves.
+    if session_zone is not None and connection.vendor != "postgresql":
+        pytest.skip("a session time zone of its own: PostgreSQL only")
+    times = {
+        "anchor": T0 + timedelta(microseconds=120000),  # PostgreSQL prints ".12"
+        "last_fire_time": T0 + timedelta(seconds=1),
+        "last_finished_at": T0 + timedelta(seconds=1, microseconds=654321),
+        "run_requested_at": T0 + timedelta(seconds=2, microseconds=1),
+    }
+    run = TaskRun.objects.create(
+        task_name="timed", started_at=T0, status=RunStatus.SUCCEEDED, instance="a"
+    )
+    ScheduledTask.objects.create(
+        name="timed", kind="cron", trigger="every second", last_run=run, **times
+    )
+    ScheduledTask.objects.create(name="bare", kind="cron", trigger="every second", anchor=T0)
+    DatabaseLockProvider(owner="holder").lock(LockConfiguration("timed", "10m"))
+    lock = TaskLock.objects.get(name="timed")
+    if session_zone is not None:
+        with connection.cursor() as cursor:
+            cursor.execute("SET TIME ZONE %s", [session_zone])
+    before = database_now()
+    found = task_rows.read_rows(["timed", "bare"], using="default")
+    after = database_now()
+    timed, bare = found.rows["timed"], found.rows["bare"]
+    assert timed.state.anchor == times["anchor"]
+    assert timed.state.last_fire_time == times["last_fire_time"]
+    assert timed.state.last_finished == times["last_finished_at"]
+    assert timed.run_requested_at == times["run_requested_at"]
+    assert (bare.state.anchor, bare.state.last_fire_time, bare.run_requested_at) == (T0, None, None)
+    assert found.locks["timed"] == (lock.locked_at, "holder", lock.lock_until)
+    assert "bare" not in found.locks
+    for value in (timed.state.anchor, *found.locks["timed"][::2]):
+        assert value.utcoffset() == timedelta(0)
+    assert task_rows.read_claims(["timed", "bare"], using="default") == {
+        "timed": (times["last_fire_time"], run.id),
+        "bare": (None, None),
+    }
+    if connection.vendor != "sqlite":  # SQLite has no clock of its own in the statement
+        assert found.now is not None
+        assert before - timedelta(seconds=1) <= found.now <= after + timedelta(seconds=1)

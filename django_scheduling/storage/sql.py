@@ -21,6 +21,7 @@ __all__ = [
     "arrays",
     "column",
     "datetime_adapter",
+    "datetime_as_text",
     "datetime_reader",
     "duration_adapter",
 ]
@@ -64,15 +65,35 @@ def _naive(value: datetime) -> datetime:
     return value.astimezone(UTC).replace(tzinfo=None)
 
 
+def datetime_as_text(conn: Any, expression: str) -> str:
+    """Return the SQL of the datetime *expression* selected as text, for ``datetime_reader``.
+
+    For the rows of a burst, whose times mostly repeat: the driver hands text over as it is,
+    and the reader's caller converts each distinct value once. As datetimes, every value of
+    every row is converted by the driver, on PostgreSQL through Django's timezone loader, in
+    Python (in a profile of 10,000 tasks due every second on 3 instances, 6 % of an
+    instance's time).
+    """
+    if conn.vendor == "mysql":
+        return f"CAST({expression} AS CHAR)"
+    if conn.vendor == "postgresql":
+        # As a UTC timestamp without zone: the text is then the same whatever the session's
+        # time zone. (psycopg reads datetimes only with the ISO DateStyle, so Django runs with
+        # it, and the text is ISO 8601.)
+        return f"CAST(({expression}) AT TIME ZONE 'UTC' AS text)"
+    return expression  # SQLite stores text
+
+
 def datetime_reader(conn: Any) -> Callable[[Any], datetime | None]:
     """Return a function that turns a datetime column's value, as *conn*'s driver returns it
-    without Django's converters, into an aware datetime."""
+    without Django's converters (or as ``datetime_as_text`` selects it), into an aware
+    datetime."""
     zone = UTC if conn.vendor == "postgresql" or _holds_utc(conn) else conn.timezone
 
     def read(value: Any) -> datetime | None:
         if value is None:
             return None
-        if isinstance(value, str):  # SQLite
+        if isinstance(value, str):  # SQLite, or datetime_as_text
             value = datetime.fromisoformat(value)
         if value.tzinfo is None:
             return value.replace(tzinfo=zone) if zone is UTC else timezone.make_aware(value, zone)
