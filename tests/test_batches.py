@@ -267,6 +267,22 @@ class BatchTests(Instances):
         self.assertEqual([c.count for c in counters], [1] * 40)
         self.assertFalse(TaskRun.objects.filter(instance="b").exists())
 
+    def test_a_firing_run_elsewhere_is_logged_with_its_fire_time_at_debug_level(self):
+        definitions, _ = self.tasks(2)
+        a, b = self.instance("a"), self.instance("b")
+        entries_a, entries_b = a.entries(definitions), b.entries(definitions)
+        a.run_calls(entries_a, a.batch(entries_a, T0))
+        with self.assertLogs("django_scheduling.runtime.firing.contention", "DEBUG") as logs:
+            b.batch(entries_b, T0)
+        self.assertEqual(
+            logs.output,
+            [
+                f"DEBUG:django_scheduling.runtime.firing.contention:Skipped job00{i} at "
+                f"{T0.isoformat()}: already run"
+                for i in range(2)
+            ],
+        )
+
     def test_the_statements_of_a_batch_do_not_grow_with_its_size(self):
         counts = []
         for size, prefix in ((5, "small"), (60, "large")):

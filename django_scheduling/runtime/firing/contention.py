@@ -64,7 +64,8 @@ class Contention:
         """Count and signal a firing that does not run here."""
         with self._mutex:
             self._skipped += 1
-        logger.debug("Skipped %s at %s: %s", spec.name, when(fire_time), reason)
+        if logger.isEnabledFor(logging.DEBUG):  # as ``Invoker``: formats only a line written
+            logger.debug("Skipped %s at %s: %s", spec.name, when(fire_time), reason)
         self.signal_skip(spec, fire_time, reason)
 
     def signal_skip(self, spec: TaskSpec, fire_time: datetime | None, reason: str) -> None:
