@@ -5,13 +5,16 @@ from __future__ import annotations
 import signal
 import time
 from datetime import UTC, datetime, timedelta
+from io import StringIO
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from types import SimpleNamespace
 
 import pytest
 from django.test import TransactionTestCase
 from django.utils import timezone
 
+from django_scheduling.management.commands import runscheduler
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 
 from .processes import Process, manage, poll, process_env
@@ -257,3 +260,40 @@ class ListTests(TransactionTestCase):
             "config.once  once at 2026-01-01T12:00:00+00:00  next 2026-01-01T12:00:00+00:00",
             proc.lines,
         )
+
+
+class _Every:
+    def describe(self) -> str:
+        return "every 1s"
+
+
+class _Service:
+    """What ``runscheduler`` lists at start: the started service's tasks and fire times."""
+
+    def __init__(self, count: int) -> None:
+        definition = SimpleNamespace(lock=True)
+        self.specs = [
+            SimpleNamespace(name=f"task{i:03}", trigger=_Every(), definition=definition)
+            for i in range(count)
+        ]
+
+    def next_fire_times(self) -> dict[str, datetime]:
+        return {spec.name: datetime(2026, 1, 1, 12, tzinfo=UTC) for spec in self.specs}
+
+
+@pytest.mark.parametrize("more", [0, 3])
+def test_at_start_a_long_list_of_tasks_is_cut_with_a_count_of_the_rest(more):
+    output = StringIO()
+    command = runscheduler.Command(stdout=output)
+    command._print_tasks(_Service(runscheduler.LISTED_AT_START + more))  # type: ignore[arg-type]
+    lines = output.getvalue().splitlines()
+    noon = "2026-01-01T12:00:00+00:00"
+    count = runscheduler.LISTED_AT_START
+    listed = [f"  task{i:03}  every 1s  (locked)  next {noon}" for i in range(count)]
+    if not more:
+        assert lines == listed
+        return
+    assert lines[:count] == listed
+    assert lines[count:] == [
+        "  ... and 3 more tasks: `manage.py runscheduler --list` lists every one."
+    ]
