@@ -259,6 +259,18 @@ def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error
                 id="django_scheduling.E008",
             )
         )
+    elif (zone := connections[conf.database].settings_dict.get("TIME_ZONE")) not in (None, "UTC"):
+        errors.append(
+            checks.Error(
+                f"The database {conf.database!r} has TIME_ZONE {zone!r}, but django_scheduling "
+                "stores its lock and run times in UTC and compares them with the database's UTC "
+                "clock: locks would expire at the wrong time, and runs would be marked lost.",
+                hint="Point SCHEDULING['DATABASE'] at an alias of the same database without "
+                "TIME_ZONE (Django then stores UTC in the scheduling tables), or remove "
+                "TIME_ZONE from this one.",
+                id="django_scheduling.E016",
+            )
+        )
     if not settings.USE_TZ:
         errors.append(
             checks.Error(

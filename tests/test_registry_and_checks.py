@@ -490,6 +490,24 @@ class SettingsTests(SimpleTestCase):
             ):
                 SchedulerService([], tasks=TaskRegistry()).check()
 
+    def test_a_database_in_local_time_is_a_check_error_and_stops_the_scheduler(self):
+        from unittest import mock
+
+        from django.db import connections
+
+        from django_scheduling.runtime.service import SchedulerService
+
+        for zone in (None, "UTC"):
+            with mock.patch.dict(connections["default"].settings_dict, {"TIME_ZONE": zone}):
+                self.assertEqual(scheduling_checks.check_settings(), [])
+        with mock.patch.dict(connections["default"].settings_dict, {"TIME_ZONE": "Europe/Paris"}):
+            messages = scheduling_checks.check_settings()
+            self.assertEqual([m.id for m in messages], ["django_scheduling.E016"])
+            self.assertIn("'default' has TIME_ZONE 'Europe/Paris'", messages[0].msg)
+            self.assertIn("an alias of the same database without TIME_ZONE", messages[0].hint)
+            with self.assertRaisesMessage(ImproperlyConfigured, "(django_scheduling.E016)"):
+                SchedulerService([], tasks=TaskRegistry()).check()
+
     @override_settings(USE_TZ=False)
     def test_use_tz_false_stops_the_scheduler(self):
         from django_scheduling.runtime.service import SchedulerService
