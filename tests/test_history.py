@@ -5,8 +5,9 @@ import threading
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 from django.test import TestCase, TransactionTestCase, override_settings
 
@@ -78,6 +79,30 @@ class LostRunTests(TestCase):
         for other in (alive, unlocked):
             other.refresh_from_db()
             self.assertEqual(other.status, RunStatus.RUNNING)
+
+    @pytest.mark.vendor("mysql")
+    def test_lock_expiry_is_judged_in_utc_whatever_the_session_time_zone(self):
+        # Django leaves a MySQL session in the server's time zone, where CURRENT_TIMESTAMP
+        # (Django's Now()) is local time; the lock table holds UTC.
+        for offset in ("+02:00", "-02:00"):
+            with self.subTest(offset=offset), transaction.atomic():
+                now = utcnow()
+                taken = now - 10 * MINUTE
+                dead = run("dead", taken, RunStatus.RUNNING, locked_at=taken)
+                self.lock("dead", now - MINUTE, taken)
+                alive = run("alive", taken, RunStatus.RUNNING, locked_at=taken)
+                self.lock("alive", now + MINUTE, taken)
+                with connection.cursor() as cursor:
+                    cursor.execute("SET time_zone = %s", [offset])
+                try:
+                    lost = history.mark_lost_runs(now=now, using="default")
+                finally:
+                    with connection.cursor() as cursor:
+                        cursor.execute("SET time_zone = DEFAULT")
+                self.assertEqual(lost, [(dead.pk, "dead", None)])
+                alive.refresh_from_db()
+                self.assertEqual(alive.status, RunStatus.RUNNING)
+                transaction.set_rollback(True)
 
     def test_a_run_whose_lock_was_taken_again_is_lost_while_the_lock_is_held(self):
         # A task that runs back to back: its killed holder's lock was taken by the next run at

@@ -11,6 +11,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from django.db import connection
 from django.test import TransactionTestCase, override_settings
 from django.test.utils import CaptureQueriesContext
@@ -427,6 +428,27 @@ class DeadHolderTests(TransactionTestCase):
         self.assertIsNotNone(free.lock(LockConfiguration("dead", "1m")))
         self.assertIsNone(free.lock(LockConfiguration("alive", "1m")))
         self.assertIsNone(free.lock(LockConfiguration("elsewhere", "1m")))
+
+    @pytest.mark.vendor("mysql")
+    def test_a_dead_process_s_lock_is_freed_whatever_the_session_time_zone(self):
+        # CURRENT_TIMESTAMP (Django's Now()) is in the session's time zone; locks are UTC.
+        child = subprocess.Popen(["true"])
+        child.wait()
+        now = utcnow()
+        TaskLock.objects.create(
+            name="dead",
+            lock_until=now + timedelta(hours=1),
+            locked_at=now,
+            locked_by=identity(child.pid),
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("SET time_zone = '+02:00'")
+        try:
+            freed = free_locks_of_dead_processes(using="default")
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET time_zone = DEFAULT")
+        self.assertEqual(freed, ["dead"])
 
 
 class ThreadTests(TransactionTestCase):

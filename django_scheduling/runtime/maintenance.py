@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections
 from django.db.models import F, Q, QuerySet
-from django.db.models.functions import Now
 
 from .. import process
 from ..bursts import bursts
@@ -33,6 +32,7 @@ from ..models import ScheduledTask, TaskLock
 from ..observability import metrics
 from ..observability.outcomes import OutcomeWatch
 from ..storage import history, instances
+from ..storage.sql import DatabaseUtcNow
 from ..tasks.registry import TaskDefinition
 from .outbox import Outbox
 from .scheduler import RunRequest, Scheduler
@@ -273,7 +273,7 @@ def free_locks_of_dead_processes(*, using: str) -> list[str]:
     """
     held = (
         TaskLock.objects.using(using)
-        .filter(locked_by__startswith=f"{process.hostname()}:", lock_until__gt=Now())
+        .filter(locked_by__startswith=f"{process.hostname()}:", lock_until__gt=DatabaseUtcNow())
         .values_list("name", "locked_by", "locked_at")
     )
     freed = []

@@ -8,10 +8,9 @@ from typing import Any, NamedTuple
 
 from django.db import connections
 from django.db.models import Exists, OuterRef, Q
-from django.db.models.functions import Now
 
 from ..models import RunStatus, TaskLock, TaskRun
-from .sql import arrays, column, datetime_adapter, duration_adapter
+from .sql import DatabaseUtcNow, arrays, column, datetime_adapter, duration_adapter
 
 __all__ = [
     "record_start",
@@ -415,7 +414,7 @@ def mark_lost_runs(*, now: datetime, using: str) -> list[tuple[int, str, int | N
     (``lock=False`` tasks) have nothing to tell and are left alone.
     """
     locks = TaskLock.objects.using(using).filter(name=OuterRef("task_name"))
-    gone = locks.filter(Q(lock_until__lte=Now()) | ~Q(locked_at=OuterRef("locked_at")))
+    gone = locks.filter(Q(lock_until__lte=DatabaseUtcNow()) | ~Q(locked_at=OuterRef("locked_at")))
     lost = TaskRun.objects.using(using).filter(
         Exists(gone), status=RunStatus.RUNNING, locked_at__isnull=False
     )

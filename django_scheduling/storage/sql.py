@@ -13,12 +13,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db.models.functions import Now
 from django.utils import timezone
 
 __all__ = [
     "any_of",
     "array_literal",
     "arrays",
+    "DatabaseUtcNow",
     "column",
     "datetime_adapter",
     "datetime_as_text",
@@ -188,3 +190,15 @@ def column(model: Any, field: str) -> str:
     """Return the column name of *model*'s field *field*."""
     found = model._meta.get_field(field)
     return str(found.column)
+
+
+class DatabaseUtcNow(Now):
+    """The database's clock in UTC, as the lock statements read it (``UTC_TIMESTAMP(6)`` on
+    MySQL, ``now()`` on PostgreSQL), for comparisons with the lock table's UTC times.
+
+    Django's ``Now()`` is ``CURRENT_TIMESTAMP(6)`` on MySQL: the session's time zone, which
+    Django leaves as the server's, so on a server in local time every lock looked expired (or
+    held) hours off."""
+
+    def as_mysql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        return self.as_sql(compiler, connection, template="UTC_TIMESTAMP(6)", **extra_context)
