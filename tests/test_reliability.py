@@ -365,6 +365,26 @@ class OutageTests(Base):
         self.assertIsNotNone(runner.run(entry, clock.now))
         self.assertEqual(calls.count, 1)
 
+    def test_a_batch_that_meets_an_outage_backs_off_with_one_log_line(self):
+        clock = Clock(T0)
+        runner = make_runner("a", clock)
+        registry = TaskRegistry()
+        definitions = [registry.add(Calls(), fixed_rate="2s", name=f"job{i:02}") for i in range(20)]
+        entries = [Entry(spec.name, spec) for spec in runner.specs(definitions, complete=False)]
+        entries[0].payload.database_failures = 2  # failed twice already: backs off for 4 s
+        with (
+            table_gone(ScheduledTask),
+            self.assertLogs("django_scheduling.runtime.firing", "ERROR") as logs,
+        ):
+            outcomes = runner.dispatch([(entry, T0) for entry in entries])
+        self.assertEqual(outcomes, [T0 + 4 * SECOND] + [T0 + SECOND] * 19)
+        self.assertEqual(len(logs.records), 1, logs.output)
+        self.assertRegex(
+            logs.records[0].getMessage(),
+            r"(?s)^Not running 20 firings \(job00, job01, job02 and 17 more\): the database is "
+            r"unavailable \(.+\); trying again in 1-4s$",
+        )
+
     def running_every_second(self):
         """Start a service with one task due every second; return its event and entry once it
         has run."""

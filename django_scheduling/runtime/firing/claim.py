@@ -132,7 +132,9 @@ class Claimer:
             try:
                 self.claim(alone, outcomes)
             except Exception as exc:
-                outcomes[claim.index] = self.contention.back_off(claim.spec, claim.firing, exc)
+                [outcomes[claim.index]] = self.contention.back_off(
+                    [(claim.spec, claim.firing)], exc
+                )
 
     def _claim_together(self, decided: Decided) -> dict[str, Any]:
         """Take the locks, record the starts, claim the fire times and enqueue what commits

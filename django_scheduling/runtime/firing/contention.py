@@ -172,34 +172,57 @@ class Contention:
             )
         spec.locked_holder = holder
 
-    def back_off(self, spec: TaskSpec, firing: Firing, exc: Exception) -> datetime:
-        """Do not run; try again after a delay that doubles with each failure in a row."""
-        spec.database_failures += 1
-        backoff = min(2 ** (spec.database_failures - 1), _MAX_BACKOFF)
-        fire_time = firing if isinstance(firing, datetime) else None
-        if isinstance(exc, DatabaseError | LockError):
+    def back_off(self, firings: list[tuple[TaskSpec, Firing]], exc: Exception) -> list[datetime]:
+        """Do not run *firings*, which failed together with *exc*; return when each is tried
+        again: after a delay that doubles with each failure of its task in a row.
+
+        One log line for them all: an outage fails whole batches, and a line per firing was
+        one per task and retry (10,000 tasks: 10,000 ERROR lines, and as many events for a
+        log-based error tracker)."""
+        outage = isinstance(exc, DatabaseError | LockError)
+        if outage:
             self.outage.set()
+        reason = "database unavailable" if outage else "error"
+        waits = []
+        for spec, _ in firings:
+            spec.database_failures += 1
+            waits.append(min(2 ** (spec.database_failures - 1), _MAX_BACKOFF))
+        if outage:
             logger.error(
-                "Not running %s (scheduled for %s): the database is unavailable (%s); "
-                "trying again in %ss",
-                spec.name,
-                when(fire_time),
+                "Not running %s: the database is unavailable (%s); trying again in %s",
+                _which(firings),
                 exc,
-                backoff,
+                _seconds(waits),
             )
-            reason = "database unavailable"
         else:
             logger.error(
-                "Not running %s (scheduled for %s): the firing failed outside the task; trying "
-                "again in %ss",
-                spec.name,
-                when(fire_time),
-                backoff,
+                "Not running %s: the firing failed outside the task; trying again in %s",
+                _which(firings),
+                _seconds(waits),
                 exc_info=exc,
             )
-            reason = "error"
-        self.signal_skip(spec, fire_time, reason)
-        return self.clock() + timedelta(seconds=backoff)
+        for spec, firing in firings:
+            self.signal_skip(spec, firing if isinstance(firing, datetime) else None, reason)
+        now = self.clock()
+        return [now + timedelta(seconds=wait) for wait in waits]
+
+
+def _which(firings: list[tuple[TaskSpec, Firing]]) -> str:
+    """Say which firings a log line is about: one by its task and fire time, several by
+    their number and first few tasks."""
+    if len(firings) == 1:
+        spec, firing = firings[0]
+        return (
+            f"{spec.name} (scheduled for {when(firing if isinstance(firing, datetime) else None)})"
+        )
+    names = ", ".join(spec.name for spec, _ in firings[:3])
+    more = f" and {len(firings) - 3} more" if len(firings) > 3 else ""
+    return f"{len(firings)} firings ({names}{more})"
+
+
+def _seconds(waits: list[float]) -> str:
+    low, high = min(waits), max(waits)
+    return f"{low}s" if low == high else f"{low}-{high}s"
 
 
 def when(fire_time: datetime | None) -> str:

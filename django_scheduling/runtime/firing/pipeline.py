@@ -196,9 +196,12 @@ class FiringPipeline:
             except Exception as exc:
                 # A failure before the claims committed: nothing ran, nothing is held. Those
                 # not settled yet back off.
-                for index, (spec, firing) in enumerate(zip(specs, firings, strict=True)):
-                    if outcomes[index] is UNSET:
-                        outcomes[index] = self.contention.back_off(spec, firing, exc)
+                unsettled = [index for index, outcome in enumerate(outcomes) if outcome is UNSET]
+                retries = self.contention.back_off(
+                    [(specs[index], firings[index]) for index in unsettled], exc
+                )
+                for index, retry in zip(unsettled, retries, strict=True):
+                    outcomes[index] = retry
         return outcomes
 
     def run(self, entry: Entry, firing: Firing) -> datetime | None:
