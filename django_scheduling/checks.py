@@ -222,7 +222,8 @@ def check_engines(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
 
 
 def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error]:
-    """Return the mistakes in the ``SCHEDULING`` setting, the database and ``USE_TZ``."""
+    """Return the mistakes in the ``SCHEDULING`` setting, the database (its alias, vendor and
+    ``TIME_ZONE``) and ``USE_TZ``."""
     errors: list[checks.Error] = []
     if conf is None:
         try:
@@ -259,7 +260,7 @@ def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error
                 id="django_scheduling.E008",
             )
         )
-    elif (zone := connections[conf.database].settings_dict.get("TIME_ZONE")) not in (None, "UTC"):
+    elif (zone := _local_time_zone(connections[conf.database])) is not None:
         errors.append(
             checks.Error(
                 f"The database {conf.database!r} has TIME_ZONE {zone!r}, but django_scheduling "
@@ -281,6 +282,13 @@ def settings_errors(conf: SchedulingSettings | None = None) -> list[checks.Error
             )
         )
     return errors
+
+
+def _local_time_zone(conn: Any) -> str | None:
+    """Return the ``TIME_ZONE`` that *conn*'s database stores its times in, when it has no time
+    zone support of its own (MySQL, SQLite) and that zone is not UTC."""
+    zone = conn.settings_dict.get("TIME_ZONE")
+    return None if conn.features.supports_timezones or zone in (None, "UTC") else zone
 
 
 def _command_errors(commands: Sequence[str]) -> list[checks.Error]:

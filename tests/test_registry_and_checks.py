@@ -497,10 +497,20 @@ class SettingsTests(SimpleTestCase):
 
         from django_scheduling.runtime.service import SchedulerService
 
+        conn = connections["default"]
         for zone in (None, "UTC"):
-            with mock.patch.dict(connections["default"].settings_dict, {"TIME_ZONE": zone}):
+            with mock.patch.dict(conn.settings_dict, {"TIME_ZONE": zone}):
                 self.assertEqual(scheduling_checks.check_settings(), [])
-        with mock.patch.dict(connections["default"].settings_dict, {"TIME_ZONE": "Europe/Paris"}):
+        # A database that converts time zones itself (PostgreSQL) keeps UTC whatever it says.
+        with (
+            mock.patch.dict(conn.settings_dict, {"TIME_ZONE": "Europe/Paris"}),
+            mock.patch.object(conn.features, "supports_timezones", True),
+        ):
+            self.assertEqual(scheduling_checks.check_settings(), [])
+        with (
+            mock.patch.dict(conn.settings_dict, {"TIME_ZONE": "Europe/Paris"}),
+            mock.patch.object(conn.features, "supports_timezones", False),
+        ):
             messages = scheduling_checks.check_settings()
             self.assertEqual([m.id for m in messages], ["django_scheduling.E016"])
             self.assertIn("'default' has TIME_ZONE 'Europe/Paris'", messages[0].msg)

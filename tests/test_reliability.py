@@ -5,6 +5,7 @@ never releases it, and a database failure is a real one (a table renamed away).
 """
 
 import contextlib
+import re
 import socket
 import subprocess
 import threading
@@ -365,7 +366,7 @@ class OutageTests(Base):
         self.assertIsNotNone(runner.run(entry, clock.now))
         self.assertEqual(calls.count, 1)
 
-    def test_a_batch_that_meets_an_outage_backs_off_with_one_log_line(self):
+    def test_a_batch_that_meets_an_outage_backs_off_with_a_log_line_per_wait(self):
         clock = Clock(T0)
         runner = make_runner("a", clock)
         registry = TaskRegistry()
@@ -378,11 +379,17 @@ class OutageTests(Base):
         ):
             outcomes = runner.dispatch([(entry, T0) for entry in entries])
         self.assertEqual(outcomes, [T0 + 4 * SECOND] + [T0 + SECOND] * 19)
-        self.assertEqual(len(logs.records), 1, logs.output)
+        # One line per wait, the longest last.
+        self.assertEqual(len(logs.records), 2, logs.output)
         self.assertRegex(
             logs.records[0].getMessage(),
-            r"(?s)^Not running 20 firings \(job00, job01, job02 and 17 more\): the database is "
-            r"unavailable \(.+\); trying again in 1-4s$",
+            r"(?s)^Not running 19 firings \(job01, job02, job03 and 16 more\): the database is "
+            r"unavailable \(.+\); trying again in 1s$",
+        )
+        self.assertRegex(
+            logs.records[1].getMessage(),
+            rf"(?s)^Not running job00 \(scheduled for {re.escape(T0.isoformat())}\): the database "
+            r"is unavailable \(.+\); trying again in 4s$",
         )
 
     def running_every_second(self):

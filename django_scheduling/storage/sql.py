@@ -1,9 +1,10 @@
 """Values for the statements the scheduler writes out itself, without Django's field machinery,
 whose per-value checks cost more than the statement for a batch of a thousand rows.
 
-The app requires ``USE_TZ`` (E006). A database without its own ``TIME_ZONE`` option holds UTC,
-and its values are converted here directly; with that option set, Django's own conversions are
-used.
+The app requires ``USE_TZ`` (E006), and a database that holds UTC: on MySQL and SQLite, no
+``TIME_ZONE`` option of its own (E016). Its values are converted here directly; Django's own
+conversions serve a database with that option (read by the admin or a command, never by a
+started scheduler).
 """
 
 from __future__ import annotations
@@ -193,8 +194,9 @@ def column(model: Any, field: str) -> str:
 
 
 class DatabaseUtcNow(Now):
-    """The database's clock in UTC, as the lock statements read it (``UTC_TIMESTAMP(6)`` on
-    MySQL, ``now()`` on PostgreSQL), for comparisons with the lock table's UTC times.
+    """The database's clock in UTC, as the lock statements read it, for comparisons with the
+    lock table's UTC times: ``UTC_TIMESTAMP(6)`` on MySQL; elsewhere Django's ``Now()``
+    (``STATEMENT_TIMESTAMP()`` on PostgreSQL, UTC text on SQLite).
 
     Django's ``Now()`` is ``CURRENT_TIMESTAMP(6)`` on MySQL: the session's time zone, which
     Django leaves as the server's, so on a server in local time every lock looked expired (or

@@ -583,7 +583,8 @@ def claimable(
 
 
 def read_claims(names: list[str], *, using: str) -> dict[str, tuple[datetime | None, int | None]]:
-    """Return the (last fire time, last run id) of the rows of *names*, in one statement (as
+    """Return the (last fire time, last run id) of the rows of *names* (not empty), in one
+    statement (as
     ``read_rows``: the instances that meet on a burst ask this for most of its firings)."""
     conn = connections[using]
     q = conn.ops.quote_name

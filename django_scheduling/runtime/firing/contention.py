@@ -176,31 +176,37 @@ class Contention:
         """Do not run *firings*, which failed together with *exc*; return when each is tried
         again: after a delay that doubles with each failure of its task in a row.
 
-        One log line for them all: an outage fails whole batches, and a line per firing was
-        one per task and retry (10,000 tasks: 10,000 ERROR lines, and as many events for a
-        log-based error tracker)."""
+        One log line for the firings with the same wait: an outage fails whole batches, and a
+        line per firing was one per task and retry (10,000 tasks: 10,000 ERROR lines, and as
+        many events for a log-based error tracker)."""
+        if not firings:
+            return []
         outage = isinstance(exc, DatabaseError | LockError)
         if outage:
             self.outage.set()
         reason = "database unavailable" if outage else "error"
         waits = []
-        for spec, _ in firings:
+        by_wait: dict[float, list[tuple[TaskSpec, Firing]]] = {}
+        for spec, firing in firings:
             spec.database_failures += 1
-            waits.append(min(2 ** (spec.database_failures - 1), _MAX_BACKOFF))
-        if outage:
-            logger.error(
-                "Not running %s: the database is unavailable (%s); trying again in %s",
-                _which(firings),
-                exc,
-                _seconds(waits),
-            )
-        else:
-            logger.error(
-                "Not running %s: the firing failed outside the task; trying again in %s",
-                _which(firings),
-                _seconds(waits),
-                exc_info=exc,
-            )
+            wait = min(2 ** (spec.database_failures - 1), _MAX_BACKOFF)
+            waits.append(wait)
+            by_wait.setdefault(wait, []).append((spec, firing))
+        for wait, group in sorted(by_wait.items()):
+            if outage:
+                logger.error(
+                    "Not running %s: the database is unavailable (%s); trying again in %gs",
+                    _which(group),
+                    exc,
+                    wait,
+                )
+            else:
+                logger.error(
+                    "Not running %s: the firing failed outside the task; trying again in %gs",
+                    _which(group),
+                    wait,
+                    exc_info=exc,
+                )
         for spec, firing in firings:
             self.signal_skip(spec, firing if isinstance(firing, datetime) else None, reason)
         now = self.clock()
@@ -212,17 +218,11 @@ def _which(firings: list[tuple[TaskSpec, Firing]]) -> str:
     their number and first few tasks."""
     if len(firings) == 1:
         spec, firing = firings[0]
-        return (
-            f"{spec.name} (scheduled for {when(firing if isinstance(firing, datetime) else None)})"
-        )
+        fire_time = firing if isinstance(firing, datetime) else None
+        return f"{spec.name} (scheduled for {when(fire_time)})"
     names = ", ".join(spec.name for spec, _ in firings[:3])
     more = f" and {len(firings) - 3} more" if len(firings) > 3 else ""
     return f"{len(firings)} firings ({names}{more})"
-
-
-def _seconds(waits: list[float]) -> str:
-    low, high = min(waits), max(waits)
-    return f"{low}s" if low == high else f"{low}-{high}s"
 
 
 def when(fire_time: datetime | None) -> str:
