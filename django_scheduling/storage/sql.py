@@ -18,10 +18,10 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 __all__ = [
+    "DatabaseUtcNow",
     "any_of",
     "array_literal",
     "arrays",
-    "DatabaseUtcNow",
     "column",
     "datetime_adapter",
     "datetime_as_text",
@@ -90,17 +90,27 @@ def datetime_as_text(conn: Any, expression: str) -> str:
 def datetime_reader(conn: Any) -> Callable[[Any], datetime | None]:
     """Return a function that turns a datetime column's value, as *conn*'s driver returns it
     without Django's converters (or as ``datetime_as_text`` selects it), into an aware
-    datetime."""
-    zone = UTC if conn.vendor == "postgresql" or _holds_utc(conn) else conn.timezone
+    datetime.
 
-    def read(value: Any) -> datetime | None:
-        if value is None:
-            return None
+    It converts each distinct value once and hands out that one object after: the rows of a
+    batch mostly share their times. Make one per statement's rows, so that what it keeps goes
+    with them."""
+    zone = UTC if conn.vendor == "postgresql" or _holds_utc(conn) else conn.timezone
+    converted: dict[Any, datetime | None] = {None: None}
+
+    def convert(value: Any) -> datetime:
         if isinstance(value, str):  # SQLite, or datetime_as_text
             value = datetime.fromisoformat(value)
         if value.tzinfo is None:
             return value.replace(tzinfo=zone) if zone is UTC else timezone.make_aware(value, zone)
         return value
+
+    def read(value: Any) -> datetime | None:
+        try:
+            return converted[value]
+        except KeyError:
+            result = converted[value] = convert(value)
+            return result
 
     return read
 

@@ -417,19 +417,10 @@ def read_rows(names: list[str], *, using: str) -> Rows:
     with conn.cursor() as cursor:
         cursor.execute(f"{statement}WHERE {among}", params)
         found = cursor.fetchall()
-    read = datetime_reader(conn)
-    # The tasks of a burst mostly share their times: each distinct value is converted once,
-    # and tasks in the same state share one TriggerState.
-    times: dict[Any, datetime | None] = {}
+    # The tasks of a burst mostly share their times: each distinct value is converted once
+    # (see ``datetime_reader``), and tasks in the same state share one TriggerState.
+    aware = datetime_reader(conn)
     states: dict[tuple[Any, Any, Any], TriggerState] = {}
-
-    def aware(value: Any) -> datetime | None:
-        try:
-            return times[value]
-        except KeyError:
-            converted = times[value] = read(value)
-            return converted
-
     rows: dict[str, TaskRow] = {}
     holders: dict[str, Holder] = {}
     now: datetime | None = None
@@ -584,8 +575,8 @@ def claimable(
 
 def read_claims(names: list[str], *, using: str) -> dict[str, tuple[datetime | None, int | None]]:
     """Return the (last fire time, last run id) of the rows of *names* (not empty), in one
-    statement (as
-    ``read_rows``: the instances that meet on a burst ask this for most of its firings)."""
+    statement, as ``read_rows``: the instances that meet on a burst ask this for most of its
+    firings."""
     conn = connections[using]
     q = conn.ops.quote_name
     name = q(column(ScheduledTask, "name"))
@@ -599,10 +590,4 @@ def read_claims(names: list[str], *, using: str) -> dict[str, tuple[datetime | N
         )
         found = cursor.fetchall()
     read = datetime_reader(conn)
-    times: dict[Any, datetime | None] = {}
-    claims = {}
-    for task, value, run in found:
-        if value not in times:  # a burst's rows mostly share their fire time
-            times[value] = read(value)
-        claims[task] = (times[value], run)
-    return claims
+    return {task: (read(value), run) for task, value, run in found}
