@@ -24,6 +24,7 @@ __all__ = [
     "decide",
     "decide_unlocked",
     "retry_delay",
+    "scheduled_for",
 ]
 
 #: The reason of a skip by an instance whose trigger is no longer the row's.
@@ -41,6 +42,12 @@ class RunRequest:
 
 #: What a firing is for: a fire time of the schedule, or a run asked for outside it.
 Firing = datetime | RunRequest
+
+
+def scheduled_for(firing: Firing) -> datetime | None:
+    """Return the fire time *firing* serves: ``None`` for a run asked for outside the
+    schedule."""
+    return firing if isinstance(firing, datetime) else None
 
 
 @dataclass(frozen=True, slots=True)

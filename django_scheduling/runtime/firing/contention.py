@@ -22,7 +22,7 @@ from django.db import DatabaseError
 from ... import signals
 from ...locking import LockError
 from ...observability.events import run_events
-from ...schedules.decisions import TRIGGER_CHANGED, Firing, RunRequest, Skip
+from ...schedules.decisions import TRIGGER_CHANGED, Firing, RunRequest, Skip, scheduled_for
 from ...storage import task_rows
 from .spec import TaskSpec
 
@@ -93,7 +93,7 @@ class Contention:
         self, spec: TaskSpec, firing: Firing, reason: str, *, assume_ran: bool
     ) -> datetime | None:
         """Count a skip and return the next fire time, assuming the firing ran elsewhere."""
-        fire_time = firing if isinstance(firing, datetime) else None
+        fire_time = scheduled_for(firing)
         self.skip(spec, fire_time, reason)
         if assume_ran and fire_time is not None:
             spec.state = replace(spec.state, last_fire_time=fire_time, last_finished=self.clock())
@@ -112,7 +112,7 @@ class Contention:
                     spec.name,
                 )
             return self.skipped_firing(spec, firing, decision.reason, assume_ran=True)
-        self.skip(spec, firing if isinstance(firing, datetime) else None, decision.reason)
+        self.skip(spec, scheduled_for(firing), decision.reason)
         if isinstance(firing, RunRequest):
             return spec.next_time(self.clock())
         return spec.task.dispatch_time(decision.next_time)
@@ -208,7 +208,7 @@ class Contention:
                     exc_info=exc,
                 )
         for spec, firing in firings:
-            self.signal_skip(spec, firing if isinstance(firing, datetime) else None, reason)
+            self.signal_skip(spec, scheduled_for(firing), reason)
         now = self.clock()
         return [now + timedelta(seconds=wait) for wait in waits]
 
@@ -218,8 +218,7 @@ def _which(firings: list[tuple[TaskSpec, Firing]]) -> str:
     their number and first few tasks."""
     if len(firings) == 1:
         spec, firing = firings[0]
-        fire_time = firing if isinstance(firing, datetime) else None
-        return f"{spec.name} (scheduled for {when(fire_time)})"
+        return f"{spec.name} (scheduled for {when(scheduled_for(firing))})"
     names = ", ".join(spec.name for spec, _ in firings[:3])
     more = f" and {len(firings) - 3} more" if len(firings) > 3 else ""
     return f"{len(firings)} firings ({names}{more})"

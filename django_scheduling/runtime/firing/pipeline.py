@@ -29,6 +29,7 @@ from datetime import datetime, tzinfo
 from ...clock import utcnow
 from ...conf import SchedulingSettings
 from ...locking import BaseLockProvider
+from ...schedules.decisions import scheduled_for
 from ...storage import history, task_rows
 from ...storage.connections import KeptConnection
 from ...tasks.definition import TaskDefinition
@@ -227,7 +228,7 @@ class FiringPipeline:
         entry fires next. On the dispatcher thread: the record is written later, through the
         outbox."""
         spec: TaskSpec = entry.payload
-        fire_time = firing if isinstance(firing, datetime) else None
+        fire_time = scheduled_for(firing)
         self.recorder.rejected(spec, fire_time, stats)
         if fire_time is None:
             return entry.next_fire_time
