@@ -13,6 +13,7 @@ import threading
 import time
 import weakref
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -29,6 +30,7 @@ from django_scheduling.observability.events import run_events
 from django_scheduling.runtime import delay_queue
 from django_scheduling.runtime.calls import Call, Entry
 from django_scheduling.runtime.firing import FiringPipeline
+from django_scheduling.runtime.firing.contention import LOCKED_RECHECK
 from django_scheduling.runtime.keepalive import KeepAlive
 from django_scheduling.runtime.outbox import Outbox
 from django_scheduling.runtime.writer import EndWriter
@@ -266,6 +268,40 @@ class BatchTests(Instances):
         self.assertEqual(outcomes, [T0 + timedelta(seconds=10)] * 40)
         self.assertEqual([c.count for c in counters], [1] * 40)
         self.assertFalse(TaskRun.objects.filter(instance="b").exists())
+
+    def test_a_burst_locked_elsewhere_asks_each_shared_trigger_once(self):
+        # With several instances, most firings of a burst meet locks held elsewhere: the tasks
+        # on one trigger, in one state, get their next fire time once for the whole batch,
+        # as many tasks costing what one does.
+        def trigger_calls(count: int) -> int:
+            names = [f"job{i:03}" for i in range(count)]
+            TaskLock.objects.all().delete()
+            ScheduledTask.objects.all().delete()
+            other = DatabaseLockProvider(owner="x")
+            for name in names:
+                self.assertIsNotNone(other.lock(LockConfiguration(name, "1m")))
+            b = self.instance(f"b{count}")
+            entries = b.entries(definitions[:count])
+            trigger = entries[0].payload.task.trigger
+            cls = type(trigger)
+            self.assertTrue(all(e.payload.task.trigger is trigger for e in entries))
+            calls = []
+            original = cls.next_fire_time
+
+            def counted(self, **kwargs):
+                calls.append(kwargs["now"])
+                return original(self, **kwargs)
+
+            with mock.patch.object(cls, "next_fire_time", counted):
+                outcomes = b.batch(entries, T0)
+            # Looked at again within the misfire threshold: its holder may die first.
+            self.assertEqual(outcomes, [T0 + LOCKED_RECHECK] * count)
+            self.assertFalse(TaskRun.objects.exists())
+            return len(calls)
+
+        definitions, counters = self.tasks(20)
+        self.assertEqual(trigger_calls(20), trigger_calls(1))
+        self.assertEqual([c.count for c in counters], [0] * 20)
 
     def test_a_firing_run_elsewhere_is_logged_with_its_fire_time_at_debug_level(self):
         definitions, _ = self.tasks(2)

@@ -226,7 +226,7 @@ class Claimer:
         as a claim does: their ends then need no write of the row."""
         for claim in claims:
             spec = claim.spec
-            trigger = remembered[id(spec.task.trigger)]
+            trigger = spec.trigger_in(remembered)
             claim.planned = spec.task.dispatch_time(
                 trigger.next_fire_time(now=started, state=spec.state)
             )
@@ -245,7 +245,7 @@ class Claimer:
             spec, fire_time = claim.spec, claim.fire_time
             assert fire_time is not None
             after = replace(spec.state, last_fire_time=fire_time)
-            trigger = remembered[id(spec.task.trigger)]
+            trigger = spec.trigger_in(remembered)
             claim.planned = spec.task.dispatch_time(
                 trigger.next_fire_time(now=started, state=after)
             )
@@ -291,6 +291,8 @@ class Claimer:
         contention = self.contention
         claims = decided.claims
         meanwhile = self._claimed_meanwhile([c for c in claims if c.spec.definition.lock], locks)
+        # One instant for the batch's outcomes: its tasks on one trigger share their answers.
+        now, remembered = self.clock(), decided.remembered
         unrun_locks, unrun_ids = [], []
         runs: list[Claim] = []
         for claim in claims:
@@ -300,11 +302,17 @@ class Claimer:
                     # Its lock and its fire time went to another instance after the row was
                     # read.
                     outcomes[claim.index] = contention.settled_elsewhere(
-                        spec, meanwhile[spec.name], claim.fire_time
+                        spec,
+                        meanwhile[spec.name],
+                        claim.fire_time,
+                        now=now,
+                        remembered=remembered,
                     )
                 else:
                     holder = decided.found.locks.get(spec.name)
-                    outcomes[claim.index] = contention.locked_elsewhere(spec, firing, holder)
+                    outcomes[claim.index] = contention.locked_elsewhere(
+                        spec, firing, holder, now=now, remembered=remembered
+                    )
                 continue
             if spec.definition.lock:
                 spec.recheck = spec.locked_since = spec.locked_holder = None
@@ -318,7 +326,7 @@ class Claimer:
                     contention.skip(spec, claim.serve, "paused")
                 else:
                     contention.skip(spec, claim.fire_time, "already run")
-                outcomes[claim.index] = spec.next_time(self.clock())
+                outcomes[claim.index] = spec.next_time(now, remembered)
                 continue
             if claim.claimed:
                 spec.state = replace(spec.state, last_fire_time=claim.fire_time)

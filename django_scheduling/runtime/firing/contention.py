@@ -24,7 +24,7 @@ from ...locking import LockError
 from ...observability.events import run_events
 from ...schedules.decisions import TRIGGER_CHANGED, Firing, RunRequest, Skip, scheduled_for
 from ...storage import task_rows
-from .spec import TaskSpec
+from .spec import Remembered, TaskSpec
 
 __all__ = ["Contention", "LOCKED_RECHECK", "LOCKED_REPORT_AFTER", "when"]
 
@@ -79,25 +79,42 @@ class Contention:
         )
 
     def settled_elsewhere(
-        self, spec: TaskSpec, last: datetime, skipped: datetime | None = None
+        self,
+        spec: TaskSpec,
+        last: datetime,
+        skipped: datetime | None = None,
+        *,
+        now: datetime | None = None,
+        remembered: dict[int, Remembered] | None = None,
     ) -> datetime | None:
         """Note that another instance claimed the fire time *last* of *spec*, so that this
         one skips *skipped* (by default *last* itself): its schedule moves on from *last*,
-        with nothing left to look at again. Return when the entry fires next."""
+        with nothing left to look at again. Return when the entry fires next.
+
+        A batch gives its *now* and its *remembered* triggers: with several instances, most
+        firings of a burst end here, and the tasks on one trigger get one answer."""
         spec.state = replace(spec.state, last_fire_time=last)
         spec.recheck = None
         self.skip(spec, last if skipped is None else skipped, "already run")
-        return spec.next_time(self.clock())
+        return spec.next_time(now or self.clock(), remembered)
 
     def skipped_firing(
-        self, spec: TaskSpec, firing: Firing, reason: str, *, assume_ran: bool
+        self,
+        spec: TaskSpec,
+        firing: Firing,
+        reason: str,
+        *,
+        assume_ran: bool,
+        now: datetime | None = None,
+        remembered: dict[int, Remembered] | None = None,
     ) -> datetime | None:
         """Count a skip and return the next fire time, assuming the firing ran elsewhere."""
         fire_time = scheduled_for(firing)
         self.skip(spec, fire_time, reason)
+        now = now or self.clock()
         if assume_ran and fire_time is not None:
-            spec.state = replace(spec.state, last_fire_time=fire_time, last_finished=self.clock())
-        return spec.next_time(self.clock())
+            spec.state = replace(spec.state, last_fire_time=fire_time, last_finished=now)
+        return spec.next_time(now, remembered)
 
     def decided_skip(self, spec: TaskSpec, firing: Firing, decision: Skip) -> datetime | None:
         """A firing that ``decide`` skipped (without a fire time to serve): count it, warn
@@ -118,11 +135,18 @@ class Contention:
         return spec.task.dispatch_time(decision.next_time)
 
     def locked_elsewhere(
-        self, spec: TaskSpec, firing: Firing, holder: task_rows.Holder | None
+        self,
+        spec: TaskSpec,
+        firing: Firing,
+        holder: task_rows.Holder | None,
+        *,
+        now: datetime | None = None,
+        remembered: dict[int, Remembered] | None = None,
     ) -> datetime | None:
         """The lock is held by another instance (or a process that died); *holder* is the
-        lock's row as read with the task's. Return when the entry fires next."""
-        now = self.clock()
+        lock's row as read with the task's. Return when the entry fires next (a batch gives
+        its *now* and *remembered* triggers, as to ``settled_elsewhere``)."""
+        now = now or self.clock()
         spec.database_failures = 0
         self._watch_holder(spec, now, holder)
         if isinstance(firing, RunRequest):
@@ -135,7 +159,7 @@ class Contention:
             spec.recheck = fire_time
             self.skip(spec, fire_time, "locked")
             upcoming = spec.task.dispatch_time(
-                spec.trigger.next_fire_time(
+                spec.trigger_in(remembered).next_fire_time(
                     now=now, state=replace(spec.state, last_fire_time=fire_time)
                 )
             )
@@ -143,7 +167,9 @@ class Contention:
             # Never sooner than that: a next fire time already due would make a busy loop.
             return upcoming if upcoming is not None and now < upcoming < retry else retry
         spec.recheck = None
-        return self.skipped_firing(spec, fire_time, "locked", assume_ran=True)
+        return self.skipped_firing(
+            spec, fire_time, "locked", assume_ran=True, now=now, remembered=remembered
+        )
 
     def _fire_time_of(self, spec: TaskSpec, woken: datetime, now: datetime) -> datetime:
         """Return the fire time a firing woken at *woken* serves: earlier by the jitter

@@ -64,14 +64,16 @@ class Decider:
             row = found.rows.get(spec.name)
             ahead = firing if isinstance(firing, datetime) and firing > now else None
             at = ahead or now
-            trigger = remembered[id(spec.task.trigger)]
+            trigger = spec.trigger_in(remembered)
             if spec.definition.lock:
                 assert row is not None  # _read_rows made the missing ones again
                 spec.state = row.state
                 last = row.state.last_fire_time
                 if spec.recheck is not None and last is not None and last >= spec.recheck:
                     # Claimed elsewhere since it was found locked.
-                    outcomes[index] = contention.settled_elsewhere(spec, last)
+                    outcomes[index] = contention.settled_elsewhere(
+                        spec, last, now=now, remembered=remembered
+                    )
                     continue
                 decision = decide(trigger, spec.described, row, now=at, firing=firing)  # type: ignore[arg-type]
                 if isinstance(decision, Skip):

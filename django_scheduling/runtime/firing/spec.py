@@ -112,9 +112,17 @@ class TaskSpec(Entry):
         """The trigger as the row stores it."""
         return self.task.described
 
-    def next_time(self, now: datetime) -> datetime | None:
-        """Return when the task is dispatched next, from its state as last known."""
-        return self.task.dispatch_time(self.trigger.next_fire_time(now=now, state=self._state))
+    def next_time(
+        self, now: datetime, remembered: dict[int, Remembered] | None = None
+    ) -> datetime | None:
+        """Return when the task is dispatched next, from its state as last known; with
+        *remembered*, the batch's triggers answer (see ``Remembered``)."""
+        trigger = self.trigger_in(remembered)
+        return self.task.dispatch_time(trigger.next_fire_time(now=now, state=self._state))
+
+    def trigger_in(self, remembered: dict[int, Remembered] | None) -> Trigger | Remembered:
+        """Return the task's trigger as the batch *remembered* keeps it (itself without one)."""
+        return self.trigger if remembered is None else remembered[id(self.task.trigger)]
 
     database_failures = _trouble_field("database_failures")
     recheck = _trouble_field("recheck")
