@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import OperationalError, connection, connections, transaction
+from django.db.backends.signals import connection_created
 from django.test import TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
@@ -29,10 +30,12 @@ from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.observability.events import run_events
 from django_scheduling.runtime import delay_queue
 from django_scheduling.runtime.calls import Call, Entry
+from django_scheduling.runtime.claim_queue import CLAIM_THREADS
 from django_scheduling.runtime.firing import FiringPipeline
 from django_scheduling.runtime.firing.contention import LOCKED_RECHECK
 from django_scheduling.runtime.keepalive import KeepAlive
 from django_scheduling.runtime.outbox import Outbox
+from django_scheduling.runtime.service import SchedulerService
 from django_scheduling.runtime.writer import EndWriter
 from django_scheduling.storage import task_rows
 from django_scheduling.storage.sql import array_literal
@@ -912,3 +915,35 @@ def test_the_rows_of_a_batch_are_read_with_the_times_the_orm_reads(session_zone)
     if connection.vendor != "sqlite":  # SQLite has no clock of its own in the statement
         assert found.now is not None
         assert before - timedelta(seconds=1) <= found.now <= after + timedelta(seconds=1)
+
+
+class ClaimThreadTests(TransactionTestCase):
+    def test_a_scheduler_on_sqlite_claims_on_one_thread_and_on_two_elsewhere(self):
+        # SQLite takes one writer at a time: a second claim thread only waited for the
+        # first's write lock, on a connection (and page cache) of its own.
+        expected = 1 if connection.vendor == "sqlite" else CLAIM_THREADS
+        claimers: set[str] = set()
+
+        def created(sender, connection, **kwargs):
+            name = threading.current_thread().name
+            if "-claims" in name:
+                claimers.add(name)
+
+        connection_created.connect(created)
+        self.addCleanup(connection_created.disconnect, created)
+        counter = Counter()
+        registry = TaskRegistry()
+        # Three batches due at once (one hour apart from the next): the claim threads share
+        # them out.
+        definitions = [
+            registry.add(counter, name=f"job{i:03}", fixed_rate="1h")
+            for i in range(3 * delay_queue.BATCH_SIZE)
+        ]
+        service = SchedulerService(definitions, tasks=registry)
+        service.start()
+        self.addCleanup(service.stop, DEADLINE)
+        assert service.scheduler is not None
+        self.assertEqual(service.scheduler.claims.threads, expected)
+        poll_until(lambda: counter.count == len(definitions), timeout=DEADLINE)
+        self.assertGreaterEqual(len(claimers), 1)
+        self.assertLessEqual(len(claimers), expected)

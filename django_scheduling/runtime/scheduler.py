@@ -29,7 +29,7 @@ from ..bursts import Burst, bursts
 from ..clock import utcnow
 from ..context import shutdown_requested, stopping_context
 from .calls import Call, Dispatcher, Entry, Outcome, RunRequest
-from .claim_queue import ClaimQueue
+from .claim_queue import CLAIM_THREADS, ClaimQueue
 from .delay_queue import BATCH_SIZE, CLAIM_AHEAD_MAX, DelayQueue, Due, claim_ahead
 from .pool import PoolStats, RejectedWork, RejectionPolicy, Work, WorkerPool
 
@@ -105,6 +105,7 @@ class Scheduler:
         clock: Callable[[], datetime] = utcnow,
         name: str = "scheduling",
         on_thread_exit: Callable[[], object] | None = None,
+        claim_threads: int = CLAIM_THREADS,
     ) -> None:
         self.dispatcher = dispatcher
         self.clock = clock
@@ -120,7 +121,11 @@ class Scheduler:
             on_exit=on_thread_exit,
         )
         self.claims = ClaimQueue(
-            self._claim, keep_alive=keep_alive, name=f"{name}-claims", on_exit=on_thread_exit
+            self._claim,
+            keep_alive=keep_alive,
+            name=f"{name}-claims",
+            on_exit=on_thread_exit,
+            threads=claim_threads,
         )
         #: With a bounded queue: the firings admitted (see ``_admit``) and not handed to the
         #: pool yet, for which it keeps room.

@@ -34,6 +34,7 @@ from ..storage.errors import describe_database_error, is_conflict
 from ..tasks import engines
 from ..tasks.registry import TaskDefinition, TaskRegistry, registry
 from . import maintenance
+from .claim_queue import claim_threads_for
 from .database_schedules import DatabaseSchedules
 from .firing import FiringPipeline, TaskSpec
 from .keepalive import KeepAlive
@@ -217,6 +218,7 @@ class SchedulerService:
             rejection_policy=conf.rejection_policy,
             # A thread's kept connections close with it, not whenever it is collected.
             on_thread_exit=connections.close_all,
+            claim_threads=claim_threads_for(connections[conf.database].vendor),
         )
         first_times = {spec.name: self.scheduler.add(spec) for spec in specs}
         self._retrying(
