@@ -306,6 +306,67 @@ class BatchTests(Instances):
         self.assertEqual(trigger_calls(20), trigger_calls(1))
         self.assertEqual([c.count for c in counters], [0] * 20)
 
+    @pytest.mark.vendor("postgresql", "sqlite")
+    def test_a_claim_sends_the_same_statements_whatever_the_size_of_its_batch(self):
+        # A batch's rows go as one parameter (arrays, JSON): a driver that keeps statements
+        # prepared (SQLite's, per connection) keeps one per statement, not one per batch size.
+        definitions, _ = self.tasks(10)
+        unlocked = [
+            self.registry.add(Counter(), name=f"free{i:03}", fixed_rate="10s", lock=False)
+            for i in range(10)
+        ]
+        a = self.instance("a")
+        entries = a.entries(definitions + unlocked)
+
+        def statements(batch: list[Entry]) -> set[str]:
+            sent: list[str] = []
+
+            def collect(execute, sql, params, many, context):
+                sent.append(sql)
+                return execute(sql, params, many, context)
+
+            with connection.execute_wrapper(collect):
+                outcomes = a.batch(batch, T0)
+            self.assertEqual(a.run_calls(batch, outcomes), len(batch))
+            return {sql for sql in sent if not sql.startswith(CONTROL)}
+
+        small = statements(entries[:3] + entries[10:13])
+        large = statements(entries[3:10] + entries[13:20])
+        self.assertEqual(small, large)
+        # Each kind of write was made: the locks' rows, the runs' starts, the claims and the
+        # notes of the runs of tasks with lock=False.
+        self.assertEqual(TaskLock.objects.count(), 10)
+        self.assertEqual(TaskRun.objects.filter(status=RunStatus.SUCCEEDED).count(), 20)
+        claimed = ScheduledTask.objects.filter(name__startswith="job", last_fire_time=T0)
+        self.assertEqual(claimed.count(), 10)
+        noted = ScheduledTask.objects.filter(name__startswith="free", last_run__isnull=False)
+        self.assertEqual(noted.count(), 10)
+
+    @pytest.mark.vendor("sqlite")
+    def test_an_sqlite_without_json_claims_with_a_placeholder_per_value(self):
+        definitions, counters = self.tasks(4)
+        unlocked = Counter()
+        free = self.registry.add(unlocked, name="free", fixed_rate="10s", lock=False)
+        a = self.instance("a")
+        entries = a.entries([*definitions, free])
+        sent: list[str] = []
+
+        def collect(execute, sql, params, many, context):
+            sent.append(sql)
+            return execute(sql, params, many, context)
+
+        features = connection.features
+        with (
+            mock.patch.dict(features.__dict__, {"supports_json_field": False}),
+            connection.execute_wrapper(collect),
+        ):
+            self.assertEqual(a.run_calls(entries, a.batch(entries, T0)), 5)
+        self.assertFalse([sql for sql in sent if "json_each" in sql])
+        self.assertEqual([c.count for c in [*counters, unlocked]], [1] * 5)
+        self.assertEqual(TaskRun.objects.filter(status=RunStatus.SUCCEEDED).count(), 5)
+        self.assertEqual(ScheduledTask.objects.filter(last_fire_time=T0).count(), 4)
+        self.assertTrue(ScheduledTask.objects.get(name="free").last_run_id)
+
     def test_a_firing_run_elsewhere_is_logged_with_its_fire_time_at_debug_level(self):
         definitions, _ = self.tasks(2)
         a, b = self.instance("a"), self.instance("b")

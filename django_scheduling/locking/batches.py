@@ -20,7 +20,7 @@ from django.db import DatabaseError, connections, transaction
 
 from ..clock import utcnow
 from ..storage.errors import CONFLICT, POSTGRES_LOCK_TIMEOUT, error_code
-from ..storage.sql import arrays
+from ..storage.sql import rows_of
 from .base import Lock, LockConfiguration
 from .statements import LockSql
 
@@ -140,16 +140,22 @@ def _insert_many(
 ) -> set[str]:
     columns = f"{sql.table} ({sql.name}, {sql.until}, {sql.at}, {sql.by})"
     params: list[Any]
-    if sql.vendor == "postgresql":  # one array per column (see sql.any_of)
-        untils = [now + config.lock_at_most_for for config in configs]
-        rows, arrays_params = arrays(
-            ["text", "timestamptz"], ["name", "until"], [[c.name for c in configs], untils]
-        )
-        statement = (
-            f"INSERT INTO {columns} SELECT v.name, v.until, %s::timestamptz, %s FROM {rows} "
-            "ON CONFLICT DO NOTHING"
-        )
-        params = [sql.value(now), owner, *arrays_params]
+    untils = [now + config.lock_at_most_for for config in configs]
+    found = rows_of(
+        sql.conn, ["text", "timestamptz"], ["name", "until"], [[c.name for c in configs], untils]
+    )
+    if found is not None:  # one statement text whatever the batch's size
+        rows, rows_params = found
+        if sql.vendor == "postgresql":
+            statement = (
+                f"INSERT INTO {columns} SELECT v.name, v.until, %s::timestamptz, %s FROM {rows} "
+                "ON CONFLICT DO NOTHING"
+            )
+        else:
+            statement = (
+                f"INSERT OR IGNORE INTO {columns} SELECT v.name, v.until, %s, %s FROM {rows}"
+            )
+        params = [sql.value(now), owner, *rows_params]
     else:
         ignore = "INSERT IGNORE" if sql.vendor == "mysql" else "INSERT OR IGNORE"
         rows = ", ".join(["(%s, %s, %s, %s)"] * len(configs))

@@ -10,7 +10,7 @@ from django.db import connections
 from django.db.models import Exists, OuterRef, Q
 
 from ..models import RunStatus, TaskLock, TaskRun
-from .sql import DatabaseUtcNow, arrays, column, datetime_adapter, duration_adapter
+from .sql import DatabaseUtcNow, arrays, column, datetime_adapter, duration_adapter, rows_of
 
 __all__ = [
     "record_start",
@@ -79,8 +79,10 @@ def record_starts(*, using: str, instance: str, started: datetime, runs: list[St
     """Record that the runs *runs* started, in one statement per batch; return their ids in
     the same order."""
     conn = connections[using]
-    if conn.vendor == "postgresql" and runs:
-        return _insert_starts_postgresql(conn, instance, started, runs)
+    if runs:
+        as_rows = _insert_starts_as_rows(conn, instance, started, runs)
+        if as_rows is not None:
+            return as_rows
     returning = conn.features.can_return_rows_from_bulk_insert
     size = max(1, (conn.features.max_query_params or 10_000) // _START_PARAMS)
     ids: list[int] = []
@@ -167,31 +169,36 @@ def _insert_starts(
     return [found[run[0]] for run in runs]
 
 
-def _insert_starts_postgresql(
+def _insert_starts_as_rows(
     conn: Any, instance: str, started: datetime, runs: list[Start]
-) -> list[int]:
-    """``_insert_starts`` on PostgreSQL: one array per column (see ``sql.any_of``), whatever
-    the batch's size."""
+) -> list[int] | None:
+    """``_insert_starts`` with the rows as a table parameter (``sql.rows_of``), one statement
+    text whatever the batch's size; ``None`` on a database without one."""
     q = conn.ops.quote_name
     names = ", ".join(q(column(TaskRun, name)) for name in (*_START_COLUMNS, *_START_CONSTANTS))
     columns: list[list[Any]] = [[], [], [], [], [], []]
     for run in runs:
         for values, value in zip(columns, run, strict=True):
             values.append(value)
-    rows, arrays_params = arrays(
+    found = rows_of(
+        conn,
         ["text", "timestamptz", "timestamptz", "timestamptz", "integer", "bigint"],
         ["name", "fire", "locked", "timeout", "missed", "recovery"],
         columns,
     )
+    if found is None:
+        return None
+    rows, rows_params = found
+    cast = "::timestamptz" if conn.vendor == "postgresql" else ""
     constants = ", ".join(_START_CONSTANTS.values())
     statement = (
         f"INSERT INTO {q(TaskRun._meta.db_table)} ({names}) "
-        f"SELECT v.name, v.fire, %s::timestamptz, %s, v.locked, v.timeout, v.missed, "
+        f"SELECT v.name, v.fire, %s{cast}, %s, v.locked, v.timeout, v.missed, "
         f"v.recovery, {constants} FROM {rows} "
         f"RETURNING {q(column(TaskRun, 'id'))}, {q(column(TaskRun, 'task_name'))}"
     )
     with conn.cursor() as cursor:
-        cursor.execute(statement, [started, instance, *arrays_params])
+        cursor.execute(statement, [datetime_adapter(conn)(started), instance, *rows_params])
         ids = dict((name, pk) for pk, name in cursor.fetchall())
     # By name: the rows come back in no promised order (a batch has a task once).
     return [ids[run.task_name] for run in runs]

@@ -20,7 +20,14 @@ from django.db.models import Q
 from ..models import ScheduledTask, TaskLock, TaskRun
 from ..schedules.decisions import TaskRow
 from ..schedules.triggers import Trigger, TriggerState
-from .sql import any_of, arrays, column, datetime_adapter, datetime_as_text, datetime_reader
+from .sql import (
+    any_of,
+    column,
+    datetime_adapter,
+    datetime_as_text,
+    datetime_reader,
+    rows_of,
+)
 
 __all__ = [
     "TaskRow",
@@ -484,19 +491,21 @@ def claim_many(
     value = adapt(fire_time)
     name = columns["name"]
     names = [claim[0] for claim in claims]
-    if conn.vendor == "postgresql":  # one array per column (see sql.any_of)
-        rows, arrays_params = arrays(
-            ["text", "text", "bigint", "timestamptz"],
-            ["name", "trigger", "run", "next"],
-            [names, [c[1] for c in claims], [c[2] for c in claims], [c[3] for c in claims]],
-        )
+    found = rows_of(
+        conn,
+        ["text", "text", "bigint", "timestamptz"],
+        ["name", "trigger", "run", "next"],
+        [names, [c[1] for c in claims], [c[2] for c in claims], [c[3] for c in claims]],
+    )
+    if found is not None:  # one statement text whatever the batch's size
+        rows, rows_params = found
         statement = (
-            f"UPDATE {q(meta.db_table)} t SET {columns['last_fire_time']} = %s, "
+            f"UPDATE {q(meta.db_table)} AS t SET {columns['last_fire_time']} = %s, "
             f"{run_column} = v.run, {next_column} = v.next FROM {rows} "
             f"WHERE t.{name} = v.name AND t.{columns['trigger']} = v.trigger "
             f"AND (t.{columns['last_fire_time']} IS NULL OR t.{columns['last_fire_time']} < %s)"
         )
-        params: list[Any] = [value, *arrays_params, value]
+        params: list[Any] = [value, *rows_params, value]
     else:
         run_sql, run_params = _per_row(name, names, [c[2] for c in claims], "")
         next_sql, next_params = _per_row(name, names, [adapt(c[3]) for c in claims], "")
@@ -527,14 +536,16 @@ def note_runs(runs: list[tuple[str, int | None, datetime | None]], *, using: str
     names = [run[0] for run in runs]
     run_column = q(column(ScheduledTask, "last_run"))
     next_column = q(column(ScheduledTask, "next_fire_time"))
-    if conn.vendor == "postgresql":  # one array per column (see sql.any_of)
-        rows, params = arrays(
-            ["text", "bigint", "timestamptz"],
-            ["name", "run", "next"],
-            [names, [run[1] for run in runs], [run[2] for run in runs]],
-        )
+    found = rows_of(
+        conn,
+        ["text", "bigint", "timestamptz"],
+        ["name", "run", "next"],
+        [names, [run[1] for run in runs], [run[2] for run in runs]],
+    )
+    if found is not None:  # one statement text whatever the batch's size
+        rows, params = found
         statement = (
-            f"UPDATE {q(ScheduledTask._meta.db_table)} t "
+            f"UPDATE {q(ScheduledTask._meta.db_table)} AS t "
             f"SET {run_column} = v.run, {next_column} = v.next FROM {rows} WHERE t.{name} = v.name"
         )
     else:
