@@ -146,15 +146,13 @@ def _insert_many(
     )
     if found is not None:  # one statement text whatever the batch's size
         rows, rows_params = found
-        if sql.vendor == "postgresql":
-            statement = (
-                f"INSERT INTO {columns} SELECT v.name, v.until, %s::timestamptz, %s FROM {rows} "
-                "ON CONFLICT DO NOTHING"
-            )
+        postgresql = sql.vendor == "postgresql"
+        cast = "::timestamptz" if postgresql else ""
+        select = f"SELECT v.name, v.until, %s{cast}, %s FROM {rows}"
+        if postgresql:
+            statement = f"INSERT INTO {columns} {select} ON CONFLICT DO NOTHING"
         else:
-            statement = (
-                f"INSERT OR IGNORE INTO {columns} SELECT v.name, v.until, %s, %s FROM {rows}"
-            )
+            statement = f"INSERT OR IGNORE INTO {columns} {select}"
         params = [sql.value(now), owner, *rows_params]
     else:
         ignore = "INSERT IGNORE" if sql.vendor == "mysql" else "INSERT OR IGNORE"

@@ -85,8 +85,6 @@ class ClaimQueue:
         threads: int = CLAIM_THREADS,
     ) -> None:
         self._claim = claim
-        #: How many batches are claimed at once, at most.
-        self.threads = threads
         self._threads = WorkerPool(
             core_size=0,
             max_size=threads,
@@ -104,6 +102,11 @@ class ClaimQueue:
         self._joinable: _Batch | None = None
         #: Where each hand-over's batches begin, in [0, 1) (see ``in_batches``).
         self._starts = starts
+
+    @property
+    def threads(self) -> int:
+        """How many batches are claimed at once, at most."""
+        return self._threads.max_size
 
     @property
     def waiting(self) -> int:

@@ -41,7 +41,12 @@ LOCKED_REPORT_AFTER = timedelta(minutes=1)
 
 class Contention:
     """What becomes of the firings that do not run: counted, signalled, and given their
-    entry's next fire time."""
+    entry's next fire time.
+
+    A batch gives the methods that compute a next fire time its clock reading (*now*) and its
+    *remembered* triggers: with several instances, most firings of a burst end here, and the
+    tasks on one trigger, in one state, then get one answer. Alone, a firing reads the clock.
+    """
 
     def __init__(
         self, *, using: str, misfire_threshold: timedelta, clock: Callable[[], datetime]
@@ -89,14 +94,11 @@ class Contention:
     ) -> datetime | None:
         """Note that another instance claimed the fire time *last* of *spec*, so that this
         one skips *skipped* (by default *last* itself): its schedule moves on from *last*,
-        with nothing left to look at again. Return when the entry fires next.
-
-        A batch gives its *now* and its *remembered* triggers: with several instances, most
-        firings of a burst end here, and the tasks on one trigger get one answer."""
+        with nothing left to look at again. Return when the entry fires next."""
         spec.state = replace(spec.state, last_fire_time=last)
         spec.recheck = None
         self.skip(spec, last if skipped is None else skipped, "already run")
-        return spec.next_time(now or self.clock(), remembered)
+        return spec.next_time(self.clock() if now is None else now, remembered)
 
     def skipped_firing(
         self,
@@ -111,7 +113,7 @@ class Contention:
         """Count a skip and return the next fire time, assuming the firing ran elsewhere."""
         fire_time = scheduled_for(firing)
         self.skip(spec, fire_time, reason)
-        now = now or self.clock()
+        now = self.clock() if now is None else now
         if assume_ran and fire_time is not None:
             spec.state = replace(spec.state, last_fire_time=fire_time, last_finished=now)
         return spec.next_time(now, remembered)
@@ -144,16 +146,15 @@ class Contention:
         remembered: dict[int, Remembered] | None = None,
     ) -> datetime | None:
         """The lock is held by another instance (or a process that died); *holder* is the
-        lock's row as read with the task's. Return when the entry fires next (a batch gives
-        its *now* and *remembered* triggers, as to ``settled_elsewhere``)."""
-        now = now or self.clock()
+        lock's row as read with the task's. Return when the entry fires next."""
+        now = self.clock() if now is None else now
         spec.database_failures = 0
         self._watch_holder(spec, now, holder)
         if isinstance(firing, RunRequest):
             # The request stays in the row until a run takes it; it is asked again.
             self.skip(spec, None, "locked")
-            return spec.next_time(now)
-        fire_time = spec.recheck or self._fire_time_of(spec, firing, now)
+            return spec.next_time(now, remembered)
+        fire_time = spec.recheck or self._fire_time_of(spec, firing, now, remembered)
         if now - fire_time <= self.misfire_threshold + spec.jitter:
             # Nobody may have claimed it yet: its holder can die first. Look again soon.
             spec.recheck = fire_time
@@ -171,12 +172,18 @@ class Contention:
             spec, fire_time, "locked", assume_ran=True, now=now, remembered=remembered
         )
 
-    def _fire_time_of(self, spec: TaskSpec, woken: datetime, now: datetime) -> datetime:
+    def _fire_time_of(
+        self,
+        spec: TaskSpec,
+        woken: datetime,
+        now: datetime,
+        remembered: dict[int, Remembered] | None,
+    ) -> datetime:
         """Return the fire time a firing woken at *woken* serves: earlier by the jitter
         offset, for a task with jitter (a claim elsewhere is compared with the fire time)."""
         if not spec.jitter:
             return woken
-        due = spec.trigger.next_fire_time(now=now, state=spec.state)
+        due = spec.trigger_in(remembered).next_fire_time(now=now, state=spec.state)
         return due if due is not None and due <= woken else woken
 
     def _watch_holder(self, spec: TaskSpec, now: datetime, holder: task_rows.Holder | None) -> None:
