@@ -54,6 +54,40 @@ class PruneTests(TestCase):
         self.assertIsNone(ScheduledTask.objects.get(name="job").last_run_id)
 
 
+class RecordEndsTests(TestCase):
+    def test_a_batch_of_ends_writes_each_run_its_own_values(self):
+        # One statement per status and backend: each row must get its own times and result.
+        at = datetime(2026, 5, 13, 12, 0, 0, 123456, tzinfo=UTC)
+        starts = [history.Start(f"job{i}", at, at, None, 0, None) for i in range(6)]
+        ids = history.record_starts(using="default", instance="a", started=at, runs=starts)
+        ends = []
+        for index, run_id in enumerate(ids):
+            started = at + timedelta(milliseconds=index)
+            finished = started + timedelta(seconds=index, microseconds=7)
+            if index < 3:
+                ends.append(history.Ended(run_id, RunStatus.SUCCEEDED, started, finished))
+            else:
+                ends.append(
+                    history.Ended(
+                        run_id,
+                        RunStatus.ENQUEUED,
+                        started,
+                        finished,
+                        backend="default",
+                        result_id=f"result-{index}",
+                    )
+                )
+        history.record_ends(using="default", ends=ends)
+        found = {run.pk: run for run in TaskRun.objects.all()}
+        for end in ends:
+            run = found[end.run_id]
+            self.assertEqual(
+                (run.status, run.started_at, run.finished_at, run.duration),
+                (end.status, end.started, end.finished, end.finished - end.started),
+            )
+            self.assertEqual((run.backend, run.result_id), (end.backend, end.result_id))
+
+
 class LostRunTests(TestCase):
     """The lost-run rule. Lock expiry is judged by the database's clock, so lock times here
     are set relative to real time."""
