@@ -406,6 +406,23 @@ class Bursts(SimpleTestCase):
         return tasks
 
 
+class BurstWorkerTests(Bursts):
+    def test_runs_that_block_get_every_worker_of_the_pool(self):
+        # Workers join a burst one after the other, each asked for by one that took a call
+        # while others waited: runs that block still get every worker the pool has, twice
+        # over here (16 runs that each wait for 7 others, on 8 workers).
+        barrier = threading.Barrier(8, timeout=DEADLINE)
+        runner = MemoryRunner()
+        scheduler = self.make(runner)
+        tasks = self.burst(scheduler, 16, now() + timedelta(milliseconds=100))
+        for task in tasks:
+            task.action = barrier.wait
+        scheduler.start()
+        wait_for(lambda: all(task.runs for task in tasks))
+        self.assertFalse(barrier.broken)
+        self.assertEqual(scheduler.pool.stats().threads, 8)
+
+
 class ClaimAheadTests(Bursts):
     """A burst (two or more firings due at one instant) is claimed ahead of it; a lone firing
     at its time; nothing starts early."""
