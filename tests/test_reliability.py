@@ -479,6 +479,44 @@ class DeadHolderTests(TransactionTestCase):
 
 
 class ThreadTests(TransactionTestCase):
+    def test_the_maintenance_passes_keep_their_connection(self):
+        # Under the default CONN_MAX_AGE = 0 each pass connected anew, once a second (on
+        # PostgreSQL a new server process each time), as the claims and the writer no longer do.
+        from django.db.backends.signals import connection_created
+
+        from django_scheduling.conf import get_settings
+        from django_scheduling.runtime.maintenance import Maintenance
+        from django_scheduling.runtime.outbox import Outbox
+
+        maintenance = Maintenance(
+            conf=get_settings(), scheduler=NoScheduler(), pipeline=None, outbox=Outbox(), tasks={}
+        )
+        created = []
+
+        def note(sender, connection, **kwargs):
+            if threading.current_thread() is thread:
+                created.append(connection.alias)
+
+        connection_created.connect(note)
+        self.addCleanup(connection_created.disconnect, note)
+        passes = []
+
+        def three_passes():
+            try:
+                for second in (1.0, 2.0, 3.0):
+                    maintenance.tick(monotonic=second)
+                    passes.append(maintenance.last_pass)
+            finally:
+                from django.db import connections
+
+                connections.close_all()
+
+        thread = threading.Thread(target=three_passes)
+        thread.start()
+        thread.join(30)
+        self.assertEqual(len(passes), 3)
+        self.assertEqual(created, ["default"])
+
     @override_settings(SCHEDULING={"HOUSEKEEPING_INTERVAL": "1h"})
     def test_a_slow_maintenance_write_does_not_delay_lock_extensions(self):
         started, release, stuck = threading.Event(), threading.Event(), threading.Event()

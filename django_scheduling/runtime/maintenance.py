@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, connections
 from django.db.models import F, Q, QuerySet
 
 from .. import process
@@ -32,6 +32,7 @@ from ..models import ScheduledTask, TaskLock
 from ..observability import metrics
 from ..observability.outcomes import OutcomeWatch
 from ..storage import history, instances
+from ..storage.connections import KeptConnection
 from ..storage.sql import DatabaseUtcNow
 from ..tasks.registry import TaskDefinition
 from .outbox import Outbox
@@ -87,6 +88,10 @@ class Maintenance:
         self.started_at = clock()
         self._failing = False
         self.outcomes = OutcomeWatch(using=conf.database, instance=conf.instance_name)
+        # Kept open between passes, as the claim threads and the writer keep theirs: under
+        # the default CONN_MAX_AGE = 0 each pass connected anew, once a second (on
+        # PostgreSQL a new server process each time).
+        self._connection = KeptConnection(conf.database)
         #: When the last pass ended, on the ``time.monotonic()`` clock (the liveness probe).
         self.last_pass = time.monotonic()
 
@@ -106,10 +111,13 @@ class Maintenance:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        while not self._stopped.is_set():
-            bursts.wait()  # the workers first, while they start a burst
-            self.tick(time.monotonic())
-            self._stopped.wait(POLL_INTERVAL)
+        try:
+            while not self._stopped.is_set():
+                bursts.wait()  # the workers first, while they start a burst
+                self.tick(time.monotonic())
+                self._stopped.wait(POLL_INTERVAL)
+        finally:
+            connections.close_all()  # this thread's own, kept open until now
 
     def tick(self, monotonic: float) -> None:
         """Make one pass; *monotonic* decides whether housekeeping is due."""
@@ -118,36 +126,8 @@ class Maintenance:
             # No I/O: a run past its timeout is reported even while the database is away.
             self.pipeline.watch_timeouts(monotonic)
         try:
-            close_old_connections()
-            self.outbox.flush()
-            self._take_requests()
-            if self.schedules is not None and monotonic >= self._next_schedules:
-                assert self.pipeline is not None
-                self._next_schedules = monotonic + self.conf.schedules_poll_interval.total_seconds()
-                self.schedules.refresh(self.scheduler, self.pipeline, now=self.clock())
-            outage = None if self.pipeline is None else self.pipeline.outage
-            # Wake the tasks that back off only when this thread saw the database fail too, and
-            # now answer: a database that answers reads but fails the firings' writes (a
-            # read-only failover) must leave them to their back-off, not retry every second.
-            if outage is not None and outage.is_set() and self._failing:
-                outage.clear()
-                woken = self.scheduler.wake(lambda entry: entry.payload.database_failures > 0)
-                if woken:
-                    logger.warning(
-                        "The database answers again: %d task(s) that waited try now", len(woken)
-                    )
-            if monotonic >= self._next_housekeeping:
-                self._next_housekeeping = (
-                    monotonic + self.conf.housekeeping_interval.total_seconds()
-                )
-                free_locks_of_dead_processes(using=using)
-                self.housekeeping()
-            if monotonic >= self._next_heartbeat:
-                self._next_heartbeat = monotonic + self.conf.heartbeat_interval.total_seconds()
-                self.beat()
-            if self.conf.history:
-                self.outcomes.tick(monotonic)
-            self._sample_metrics()
+            with self._connection.use():
+                self._pass(using, monotonic)
             if self._failing:
                 logger.warning("Maintenance works again: the database answers")
             self._failing = False
@@ -159,8 +139,38 @@ class Maintenance:
         except Exception:
             logger.exception("Maintenance pass failed")
         finally:
-            close_old_connections()
+            _close_others(using)
             self.last_pass = time.monotonic()
+
+    def _pass(self, using: str, monotonic: float) -> None:
+        """The database work of a pass, on this thread's kept connection."""
+        self.outbox.flush()
+        self._take_requests()
+        if self.schedules is not None and monotonic >= self._next_schedules:
+            assert self.pipeline is not None
+            self._next_schedules = monotonic + self.conf.schedules_poll_interval.total_seconds()
+            self.schedules.refresh(self.scheduler, self.pipeline, now=self.clock())
+        outage = None if self.pipeline is None else self.pipeline.outage
+        # Wake the tasks that back off only when this thread saw the database fail too, and
+        # now answer: a database that answers reads but fails the firings' writes (a
+        # read-only failover) must leave them to their back-off, not retry every second.
+        if outage is not None and outage.is_set() and self._failing:
+            outage.clear()
+            woken = self.scheduler.wake(lambda entry: entry.payload.database_failures > 0)
+            if woken:
+                logger.warning(
+                    "The database answers again: %d task(s) that waited try now", len(woken)
+                )
+        if monotonic >= self._next_housekeeping:
+            self._next_housekeeping = monotonic + self.conf.housekeeping_interval.total_seconds()
+            free_locks_of_dead_processes(using=using)
+            self.housekeeping()
+        if monotonic >= self._next_heartbeat:
+            self._next_heartbeat = monotonic + self.conf.heartbeat_interval.total_seconds()
+            self.beat()
+        if self.conf.history:
+            self.outcomes.tick(monotonic)
+        self._sample_metrics()
 
     def _sample_metrics(self) -> None:
         """Record the pool's gauges, and count the overdue tasks now and then (see
@@ -289,3 +299,11 @@ def free_locks_of_dead_processes(*, using: str) -> list[str]:
             logger.warning("Freed the lock of %s: its holder %s has died", name, owner)
             freed.append(name)
     return freed
+
+
+def _close_others(using: str) -> None:
+    """Close this thread's connections to other databases than *using* as Django does after a
+    request (``CONN_MAX_AGE``), should a pass have opened one."""
+    for conn in connections.all(initialized_only=True):
+        if conn.alias != using:
+            conn.close_if_unusable_or_obsolete()
