@@ -20,7 +20,7 @@ from django.db import DatabaseError, connections, transaction
 
 from ..clock import utcnow
 from ..storage.errors import CONFLICT, POSTGRES_LOCK_TIMEOUT, error_code
-from ..storage.sql import rows_of
+from ..storage.sql import rows_of, timestamp_cast
 from .base import Lock, LockConfiguration
 from .statements import LockSql
 
@@ -146,10 +146,8 @@ def _insert_many(
     )
     if found is not None:  # one statement text whatever the batch's size
         rows, rows_params = found
-        postgresql = sql.vendor == "postgresql"
-        cast = "::timestamptz" if postgresql else ""
-        select = f"SELECT v.name, v.until, %s{cast}, %s FROM {rows}"
-        if postgresql:
+        select = f"SELECT v.name, v.until, %s{timestamp_cast(sql.conn)}, %s FROM {rows}"
+        if sql.vendor == "postgresql":
             statement = f"INSERT INTO {columns} {select} ON CONFLICT DO NOTHING"
         else:
             statement = f"INSERT OR IGNORE INTO {columns} {select}"

@@ -10,7 +10,15 @@ from django.db import connections
 from django.db.models import Exists, OuterRef, Q
 
 from ..models import RunStatus, TaskLock, TaskRun
-from .sql import DatabaseUtcNow, arrays, column, datetime_adapter, duration_adapter, rows_of
+from .sql import (
+    DatabaseUtcNow,
+    arrays,
+    column,
+    datetime_adapter,
+    duration_adapter,
+    rows_of,
+    timestamp_cast,
+)
 
 __all__ = [
     "record_start",
@@ -189,7 +197,7 @@ def _insert_starts_as_rows(
     if found is None:
         return None
     rows, rows_params = found
-    cast = "::timestamptz" if conn.vendor == "postgresql" else ""
+    cast = timestamp_cast(conn)
     constants = ", ".join(_START_CONSTANTS.values())
     statement = (
         f"INSERT INTO {q(TaskRun._meta.db_table)} ({names}) "
@@ -299,12 +307,10 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
     # MySQL: the batch's rows as a derived table of one SELECT each, joined on the id. The
     # server matches each row once, where a CASE per column compared each row with every
     # WHEN; 100 ends took 2.0 ms that way on MariaDB 10.11, 1.1 ms this way.
-    names = "%s AS id, %s AS started, %s AS finished, %s AS duration"
-    if backend:
-        names += ", %s AS result"
-    width = 5 if backend else 4
-    rest = "SELECT " + ", ".join(["%s"] * width)
-    rows = " UNION ALL ".join([f"SELECT {names}", *[rest] * (len(ends) - 1)])
+    names = ["id", "started", "finished", "duration", *(["result"] if backend else [])]
+    first = "SELECT " + ", ".join(f"%s AS {name}" for name in names)
+    rest = "SELECT " + ", ".join(["%s"] * len(names))
+    rows = " UNION ALL ".join([first, *[rest] * (len(ends) - 1)])
     params: list[object] = []
     for end in ends:
         params += [end.run_id, adapt(end.started), adapt(end.finished)]

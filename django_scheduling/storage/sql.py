@@ -23,6 +23,7 @@ __all__ = [
     "array_literal",
     "arrays",
     "rows_of",
+    "timestamp_cast",
     "column",
     "datetime_adapter",
     "datetime_as_text",
@@ -153,6 +154,12 @@ def arrays(types: list[str], names: list[str], columns: list[list[Any]]) -> tupl
     sql = ", ".join(f"%s::{kind}[]" for kind in types)
     params = [array_literal(kind, values) for kind, values in zip(types, columns, strict=True)]
     return f"unnest({sql}) AS v({', '.join(names)})", params
+
+
+def timestamp_cast(conn: Any) -> str:
+    """Return the cast that types a datetime parameter in a ``SELECT`` list: PostgreSQL
+    cannot infer it there; elsewhere the parameter is the column's text."""
+    return "::timestamptz" if conn.vendor == "postgresql" else ""
 
 
 def rows_of(

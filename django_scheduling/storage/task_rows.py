@@ -27,6 +27,7 @@ from .sql import (
     datetime_as_text,
     datetime_reader,
     rows_of,
+    timestamp_cast,
 )
 
 __all__ = [
@@ -213,7 +214,7 @@ def publish_next_fire_times(times: dict[str, datetime | None], *, using: str) ->
     conn = connections[using]
     adapt = datetime_adapter(conn)
     target = conn.ops.quote_name(column(ScheduledTask, "next_fire_time"))
-    cast = "::timestamptz" if conn.vendor == "postgresql" else ""
+    cast = timestamp_cast(conn)
     if len(set(times.values())) * 20 > len(times):  # mostly distinct times (jitter): a CASE
         items = sorted(times.items(), key=lambda item: item[0])
         name = conn.ops.quote_name(column(ScheduledTask, "name"))
@@ -455,17 +456,15 @@ def read_rows(names: list[str], *, using: str) -> Rows:
     return Rows(now, rows, holders)
 
 
-def _per_row(
-    name: str, names: list[str], values: list[Any], sql_cast: str
-) -> tuple[str, list[Any]]:
+def _per_row(name: str, names: list[str], values: list[Any]) -> tuple[str, list[Any]]:
     """Return the SQL and parameters of a column set to *values*, one per row of *names* (the
     quoted name column *name*): one value for all rows when they share it (a burst on one
     trigger), else a CASE."""
     if all(value == values[0] for value in values):
-        return f"%s{sql_cast}", [values[0]]
+        return "%s", [values[0]]
     cases = " ".join(["WHEN %s THEN %s"] * len(names))
     params = [item for pair in zip(names, values, strict=True) for item in pair]
-    return f"CASE {name} {cases} END{sql_cast}", params
+    return f"CASE {name} {cases} END", params
 
 
 def claim_many(
@@ -507,9 +506,9 @@ def claim_many(
         )
         params: list[Any] = [value, *rows_params, value]
     else:
-        run_sql, run_params = _per_row(name, names, [c[2] for c in claims], "")
-        next_sql, next_params = _per_row(name, names, [adapt(c[3]) for c in claims], "")
-        trigger_sql, trigger_params = _per_row(name, names, [c[1] for c in claims], "")
+        run_sql, run_params = _per_row(name, names, [c[2] for c in claims])
+        next_sql, next_params = _per_row(name, names, [adapt(c[3]) for c in claims])
+        trigger_sql, trigger_params = _per_row(name, names, [c[1] for c in claims])
         statement = (
             f"UPDATE {q(meta.db_table)} SET {columns['last_fire_time']} = %s, "
             f"{run_column} = {run_sql}, {next_column} = {next_sql} "
@@ -549,8 +548,8 @@ def note_runs(runs: list[tuple[str, int | None, datetime | None]], *, using: str
             f"SET {run_column} = v.run, {next_column} = v.next FROM {rows} WHERE t.{name} = v.name"
         )
     else:
-        run_sql, run_params = _per_row(name, names, [run[1] for run in runs], "")
-        next_sql, next_params = _per_row(name, names, [adapt(run[2]) for run in runs], "")
+        run_sql, run_params = _per_row(name, names, [run[1] for run in runs])
+        next_sql, next_params = _per_row(name, names, [adapt(run[2]) for run in runs])
         statement = (
             f"UPDATE {q(ScheduledTask._meta.db_table)} "
             f"SET {run_column} = {run_sql}, {next_column} = {next_sql} "
