@@ -38,7 +38,7 @@ from django_scheduling.runtime.keepalive import KeepAlive
 from django_scheduling.runtime.outbox import Outbox
 from django_scheduling.runtime.service import SchedulerService
 from django_scheduling.runtime.writer import EndWriter
-from django_scheduling.storage import task_rows
+from django_scheduling.storage import batch_rows
 from django_scheduling.storage.sql import array_literal
 from django_scheduling.tasks.registry import TaskRegistry
 
@@ -529,15 +529,15 @@ class BatchTests(Instances):
         a, b = self.instance("a"), self.instance("b")
         entries_a, entries_b = a.entries(definitions), b.entries(definitions)
         names = [entry.name for entry in entries_b]
-        before = task_rows.read_rows(names, using="default")  # b reads, then a claims
+        before = batch_rows.read_rows(names, using="default")  # b reads, then a claims
         claimed = a.batch(entries_a, T0)
         self.assertTrue(all(isinstance(outcome, Call) for outcome in claimed))
-        read_rows = task_rows.read_rows
-        task_rows.read_rows = lambda *args, **kwargs: before
+        read_rows = batch_rows.read_rows
+        batch_rows.read_rows = lambda *args, **kwargs: before
         try:
             outcomes = b.batch(entries_b, T0)
         finally:
-            task_rows.read_rows = read_rows
+            batch_rows.read_rows = read_rows
         # b found the locks taken and the fire time claimed: it moves on to the next one,
         # rather than look again a second later.
         self.assertEqual(outcomes, [T0 + timedelta(seconds=10)] * 4)
@@ -551,7 +551,7 @@ class BatchTests(Instances):
         definitions, _ = self.tasks(2)
         a, b = self.instance("a"), self.instance("b")
         entries_a, entries_b = a.entries(definitions), b.entries(definitions)
-        before = task_rows.read_rows([entry.name for entry in entries_b], using="default")
+        before = batch_rows.read_rows([entry.name for entry in entries_b], using="default")
         self.clock.now = T0 + timedelta(seconds=10)
         claimed = a.batch(entries_a, T0 + timedelta(seconds=10))
         self.assertTrue(all(isinstance(outcome, Call) for outcome in claimed))
@@ -563,12 +563,12 @@ class BatchTests(Instances):
 
         signals.run_skipped.connect(on_run_skipped, weak=False)
         self.addCleanup(signals.run_skipped.disconnect, on_run_skipped)
-        read_rows = task_rows.read_rows
-        task_rows.read_rows = lambda *args, **kwargs: before
+        read_rows = batch_rows.read_rows
+        batch_rows.read_rows = lambda *args, **kwargs: before
         try:
             b.batch(entries_b, T0)
         finally:
-            task_rows.read_rows = read_rows
+            batch_rows.read_rows = read_rows
         run_events.drain(DEADLINE)  # the signals go out from the events thread
         self.assertEqual(
             sorted(skipped), [("job000", T0, "already run"), ("job001", T0, "already run")]
@@ -579,18 +579,18 @@ class BatchTests(Instances):
         definitions, counters = self.tasks(4)
         a, b = self.instance("a"), self.instance("b")
         entries_a, entries_b = a.entries(definitions), b.entries(definitions)
-        before = task_rows.read_rows([entry.name for entry in entries_b], using="default")
+        before = batch_rows.read_rows([entry.name for entry in entries_b], using="default")
         claimed = a.batch(entries_a[:2], T0)  # a claims two after b's read
-        read_rows, read_claims = task_rows.read_rows, task_rows.read_claims
+        read_rows, read_claims = batch_rows.read_rows, batch_rows.read_claims
 
         def unavailable(*args, **kwargs):
             raise OperationalError("the database went away")
 
-        task_rows.read_rows, task_rows.read_claims = (lambda *args, **kwargs: before), unavailable
+        batch_rows.read_rows, batch_rows.read_claims = (lambda *args, **kwargs: before), unavailable
         try:
             outcomes = b.batch(entries_b, T0)
         finally:
-            task_rows.read_rows, task_rows.read_claims = read_rows, read_claims
+            batch_rows.read_rows, batch_rows.read_claims = read_rows, read_claims
         # Its own claims (committed) still start; the two found locked are looked at again.
         self.assertEqual(outcomes[:2], [T0 + timedelta(seconds=1)] * 2)
         self.assertTrue(all(isinstance(outcome, Call) for outcome in outcomes[2:]))
@@ -717,7 +717,7 @@ class BatchTests(Instances):
         definitions, counters = self.tasks(4)
         a = self.instance("a", history=False)
         entries = a.entries(definitions)
-        real = task_rows.read_rows
+        real = batch_rows.read_rows
 
         def then_claimed_elsewhere(names, *, using):
             found = real(names, using=using)
@@ -725,11 +725,11 @@ class BatchTests(Instances):
             ScheduledTask.objects.filter(name="job001").update(last_fire_time=T0)
             return found
 
-        task_rows.read_rows = then_claimed_elsewhere
+        batch_rows.read_rows = then_claimed_elsewhere
         try:
             outcomes = a.batch(entries, T0)
         finally:
-            task_rows.read_rows = real
+            batch_rows.read_rows = real
         self.assertIsInstance(outcomes[0], Call)
         self.assertNotIsInstance(outcomes[1], Call)
         a.run_calls(entries, outcomes)
@@ -998,7 +998,7 @@ def test_the_rows_of_a_batch_are_read_with_the_times_the_orm_reads(session_zone)
             cursor.execute("SET TIME ZONE %s", [session_zone])
     try:
         before = database_now()
-        found = task_rows.read_rows(["timed", "bare"], using="default")
+        found = batch_rows.read_rows(["timed", "bare"], using="default")
         after = database_now()
     finally:
         if session_zone is not None:
@@ -1014,7 +1014,7 @@ def test_the_rows_of_a_batch_are_read_with_the_times_the_orm_reads(session_zone)
     assert "bare" not in found.locks
     for value in (timed.state.anchor, *found.locks["timed"][::2]):
         assert value.utcoffset() == timedelta(0)
-    assert task_rows.read_claims(["timed", "bare"], using="default") == {
+    assert batch_rows.read_claims(["timed", "bare"], using="default") == {
         "timed": (times["last_fire_time"], run.id),
         "bare": (None, None),
     }

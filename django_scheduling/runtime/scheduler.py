@@ -116,6 +116,41 @@ class _OneCall:
             self.scheduler._run_call(self.call)
 
 
+class _Room:
+    """With a bounded queue: the room kept in the pool for the firings admitted and not handed
+    to it yet, so that those admitted after them do not count on it too."""
+
+    __slots__ = ("_lock", "kept", "pool")
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+        self._lock = threading.Lock()
+        self.kept = 0
+
+    def admit(self, due: list[Due]) -> tuple[list[Due], list[Due]]:
+        """Split *due* into the firings the pool has room for, which keep it, and the others."""
+        room = self.pool.room()
+        if room is None or (
+            self.pool.rejection_policy is RejectionPolicy.DISCARD_OLDEST
+            and self.pool.queue_capacity
+        ):
+            admitted, refused = due, []  # the pool drops the oldest waiting call for each
+        else:
+            with self._lock:
+                free = max(room - self.kept, 0)
+            admitted, refused = due[:free], due[free:]
+        self.keep(len(admitted))
+        return admitted, refused
+
+    def keep(self, count: int) -> None:
+        with self._lock:
+            self.kept += count
+
+    def release(self, count: int) -> None:
+        with self._lock:
+            self.kept = max(self.kept - count, 0)
+
+
 class Scheduler:
     """Fire entries on time through a worker pool, as a dispatcher (the firing pipeline)
     decides."""
@@ -154,9 +189,7 @@ class Scheduler:
             on_exit=on_thread_exit,
             threads=claim_threads,
         )
-        #: With a bounded queue: the firings admitted (see ``_admit``) and not handed to the
-        #: pool yet, for which it keeps room.
-        self._reserved = 0
+        self._room = _Room(self.pool)
         self.queue = DelayQueue()
         self._cond = self.queue.cond
         #: The entries put in the place of one whose run was under way, by name, with the
@@ -329,30 +362,15 @@ class Scheduler:
     def _admit(self, due: list[Due]) -> list[Due]:
         """Return the firings of *due* that the bounded pool has room for, and keep that room;
         give the others the rejection policy, before they are claimed."""
-        room = self.pool.room()
-        policy = self.pool.rejection_policy
-        if room is None or (policy is RejectionPolicy.DISCARD_OLDEST and self.pool.queue_capacity):
-            admitted, refused = due, []  # the pool drops the oldest waiting call for each
-        else:
-            with self._cond:
-                free = max(room - self._reserved, 0)
-            admitted, refused = due[:free], due[free:]
-        with self._cond:
-            self._reserved += len(admitted)
+        admitted, refused = self._room.admit(due)
         for item in refused:
-            if policy is RejectionPolicy.CALLER_RUNS and not self.stopping:
-                self._run_here(item)
+            if self.pool.rejection_policy is RejectionPolicy.CALLER_RUNS and not self.stopping:
+                self._room.keep(1)  # claimed and run on this thread
+                self._claim([item], here=True)
             else:
-                with self._cond:
-                    reserved = self._reserved
-                self._reject(item, dataclasses.replace(self.pool.stats(), reserved=reserved))
+                stats = dataclasses.replace(self.pool.stats(), reserved=self._room.kept)
+                self._reject(item, stats)
         return admitted
-
-    def _run_here(self, item: Due) -> None:
-        """Claim and run *item* on this thread (the ``caller_runs`` policy)."""
-        with self._cond:
-            self._reserved += 1
-        self._claim([item], here=True)
 
     def _reject(self, item: Due, stats: PoolStats) -> None:
         """Note a firing the pool has no room for; it is not claimed."""
@@ -408,8 +426,7 @@ class Scheduler:
 
     def _unreserve(self, count: int) -> None:
         if count and self.bounded:
-            with self._cond:
-                self._reserved = max(self._reserved - count, 0)
+            self._room.release(count)
 
     def _submit_calls(self, calls: list[Call]) -> None:
         """Hand the claimed *calls* to the pool, those claimed ahead to the delay queue until

@@ -20,7 +20,7 @@ from django.db import DatabaseError, transaction
 
 from ...locking import BaseLockProvider, LockError
 from ...observability import metrics
-from ...storage import task_rows
+from ...storage import batch_rows, task_rows
 from ...storage.errors import is_conflict, is_lock_timeout
 from ..keepalive import KeepAlive, WaitingLocks
 from ..writer import EndWriter
@@ -231,7 +231,7 @@ class Claimer:
                 trigger.next_fire_time(now=started, state=spec.state)
             )
             claim.noted = True
-        task_rows.note_runs(
+        batch_rows.note_runs(
             [(claim.spec.name, claim.run_id, claim.planned) for claim in claims], using=self.using
         )
 
@@ -257,9 +257,9 @@ class Claimer:
             if not self.history_on:
                 # No run id to tell this instance's claims from another's afterwards: claim
                 # only the rows found claimable, locked until the commit.
-                open_rows = task_rows.claimable(fire_time, rows, using=self.using)
+                open_rows = batch_rows.claimable(fire_time, rows, using=self.using)
                 rows = [row for row in rows if row[0] in open_rows]
-            count = task_rows.claim_many(fire_time, rows, using=self.using)
+            count = batch_rows.claim_many(fire_time, rows, using=self.using)
             if count == len(rows):
                 mine = {name for name, _, _, _ in rows}
             else:
@@ -268,7 +268,7 @@ class Claimer:
                 # one's. (With the history off the claimable rows were locked first: this
                 # cannot happen; if it did, a row at this fire time would not be counted as
                 # this instance's.)
-                found = task_rows.read_claims([name for name, _, _, _ in rows], using=self.using)
+                found = batch_rows.read_claims([name for name, _, _, _ in rows], using=self.using)
                 mine = set()
                 for name, _, run_id, _ in rows:
                     if run_id is not None and found.get(name) == (fire_time, run_id):
@@ -368,7 +368,7 @@ class Claimer:
         if not missed:
             return {}
         try:
-            claims = task_rows.read_claims(list(missed), using=self.using)
+            claims = batch_rows.read_claims(list(missed), using=self.using)
         except DatabaseError as exc:
             # After the commit: the claimed firings must still start. These are looked at
             # again, as any firing found locked is.

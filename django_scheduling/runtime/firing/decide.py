@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ...schedules.decisions import Firing, Skip, decide, decide_unlocked
-from ...storage import task_rows
+from ...storage import batch_rows, task_rows
 from .contention import Contention
 from .runs import Claim
 from .spec import Remembered, TaskSpec
@@ -31,7 +31,7 @@ class Decided:
     def __init__(
         self,
         claims: list[Claim],
-        found: task_rows.Rows,
+        found: batch_rows.Rows,
         now: datetime,
         instant: datetime,
         remembered: dict[int, Remembered],
@@ -98,16 +98,16 @@ class Decider:
             claims.append(Claim(index, spec, firing, decision, row, at=ahead))
         return Decided(claims, found, now, instant, remembered)
 
-    def _read_rows(self, specs: list[TaskSpec]) -> task_rows.Rows:
+    def _read_rows(self, specs: list[TaskSpec]) -> batch_rows.Rows:
         """Read the rows of *specs*, making those of locked tasks again if they were deleted
         while the scheduler ran."""
-        found = task_rows.read_rows([spec.name for spec in specs], using=self.using)
+        found = batch_rows.read_rows([spec.name for spec in specs], using=self.using)
         missing = [spec for spec in specs if spec.definition.lock and spec.name not in found.rows]
         if not missing:
             return found
         for spec in missing:
             task_rows.ensure_row(spec.name, spec.trigger, now=self.clock(), using=self.using)
-        again = task_rows.read_rows([spec.name for spec in missing], using=self.using)
-        return task_rows.Rows(
+        again = batch_rows.read_rows([spec.name for spec in missing], using=self.using)
+        return batch_rows.Rows(
             found.now, {**found.rows, **again.rows}, {**found.locks, **again.locks}
         )
