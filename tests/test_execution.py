@@ -8,7 +8,9 @@ import dataclasses
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 
+from django.db import connection
 from django.test import TransactionTestCase
 
 from django_scheduling import signals
@@ -21,7 +23,7 @@ from django_scheduling.locking import (
 )
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.observability.events import run_events
-from django_scheduling.runtime.firing import FiringPipeline
+from django_scheduling.runtime.firing import FiringPipeline, invoke
 from django_scheduling.runtime.keepalive import KeepAlive
 from django_scheduling.runtime.scheduler import Entry, RunRequest
 from django_scheduling.tasks.registry import TaskRegistry
@@ -361,3 +363,49 @@ class ThreadStateTests(TransactionTestCase):
         runner.run(Entry(spec.name, spec), T0)
         self.assertEqual(translation.get_language(), default_language)
         self.assertEqual(timezone.get_current_timezone_name(), "UTC")
+
+
+class WorkerConnectionTests(TransactionTestCase):
+    """A run checks its thread's database connections before the task, as Django does
+    before a request, unless the thread checked them after a run a moment ago."""
+
+    def start_of_second_run(self):
+        """Run a task twice on one thread, its connection made obsolete in between; return
+        the connection the second run found open when it started (``None``: closed)."""
+        found = []
+
+        def task():
+            found.append(connection.connection)
+
+        registry = TaskRegistry()
+        runner = make_runner("a", Clock(T0))
+        (spec,) = runner.specs(
+            [registry.add(task, fixed_rate="1s", name="uses_db")], complete=False
+        )
+        entry = Entry(spec.name, spec)
+        obsolete = []
+
+        def work():
+            try:
+                runner.run(entry, T0)
+                connection.ensure_connection()
+                obsolete.append(connection.connection)
+                connection.close_at = time.monotonic() - 1  # past CONN_MAX_AGE
+                runner.run(entry, T0 + timedelta(seconds=1))
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join(DEADLINE)
+        self.assertEqual(len(found), 2)
+        return found[1], obsolete[0]
+
+    def test_a_run_long_after_the_last_check_closes_an_obsolete_connection_first(self):
+        with mock.patch.object(invoke, "CONNECTIONS_CHECKED_FOR", 0.0):
+            at_start, _ = self.start_of_second_run()
+        self.assertIsNone(at_start)
+
+    def test_a_run_right_after_another_on_its_thread_does_not_check_again(self):
+        at_start, obsolete = self.start_of_second_run()
+        self.assertIs(at_start, obsolete)

@@ -181,7 +181,7 @@ class Recorder:
         transaction wrote it), its task row if the claim did not say it all, then its lock's
         release; ``done`` hears of the entry's next fire time once that is written."""
         spec = run.spec
-        next_time = self.next_time(spec, run.planned if run.noted else None)
+        next_time = self.next_time(spec, run.planned if run.noted else None, now=finished)
         row_write = None
         if needs_row_write(spec, run.noted, run.planned, next_time):
             row_write = functools.partial(self._write_row, run, finished, next_time)
@@ -212,10 +212,11 @@ class Recorder:
         run.done, run.next_time = done, self.clock() + RETRY_AFTER_ERROR
         self.writer.add(Finished(run.spec.name, end, None, held.detach() if held else None, run))
 
-    def next_time(self, spec: TaskSpec, planned: datetime | None) -> datetime | None:
-        """Return when the entry of a run that ends now fires next: the time its claim
+    def next_time(
+        self, spec: TaskSpec, planned: datetime | None, *, now: datetime
+    ) -> datetime | None:
+        """Return when the entry of a run that ends at *now* fires next: the time its claim
         planned, while that is ahead (and the trigger does not count from the run's end)."""
-        now = self.clock()
         if planned is not None and now < planned and spec.trigger.kind != "fixed_delay":
             return planned
         return spec.next_time(now)
