@@ -374,6 +374,49 @@ class BatchTests(Instances):
         noted = ScheduledTask.objects.filter(name__startswith="free", last_run__isnull=False)
         self.assertEqual(noted.count(), 10)
 
+    @pytest.mark.vendor("mysql")
+    def test_mariadb_records_the_runs_of_any_batch_with_the_same_statements(self):
+        # From MariaDB 10.6 the runs' starts and ends go as one JSON text (JSON_TABLE), not a
+        # parameter per value that MySQLdb escapes one by one; before it, a placeholder per
+        # value, with the same rows written.
+        definitions, counters = self.tasks(10)
+        older = mock.patch.object(connection, "mysql_version", (10, 5, 99))
+        for number, (label, patch) in enumerate(
+            {"10.6 or later": contextlib.nullcontext(), "10.5": older}.items()
+        ):
+            with self.subTest(label), patch:
+                for model in (TaskRun, ScheduledTask, TaskLock):
+                    model.objects.all().delete()
+                a = self.instance(f"a{number}")
+                a.stop()  # its ends are written on this thread, where they are seen
+                entries = a.entries(definitions)
+
+                def runs_statements(a: Instance, batch: list[Entry]) -> set[str]:
+                    """The texts of the statements that wrote the runs of *batch*."""
+                    with sent_statements() as sent:
+                        self.assertEqual(a.run_calls(batch, a.batch(batch, T0)), len(batch))
+                    table = connection.ops.quote_name(TaskRun._meta.db_table)
+                    writes = (f"INSERT INTO {table}", f"UPDATE {table}")
+                    return {sql for sql in sent if sql.startswith(writes)}
+
+                small = runs_statements(a, entries[:3])
+                large = runs_statements(a, entries[3:10])
+                json_table = {sql for sql in small | large if "JSON_TABLE(%s" in sql}
+                if number == 0:
+                    self.assertEqual(small, large)
+                    self.assertEqual(len(json_table), 2)  # the starts and the ends
+                else:
+                    self.assertNotEqual(small, large)
+                    self.assertEqual(json_table, set())
+                self.assertEqual([c.count for c in counters], [number + 1] * 10)
+                runs = TaskRun.objects.filter(instance=f"a{number}")
+                self.assertEqual(
+                    sorted(runs.values_list("task_name", "status", "scheduled_at", "started_at")),
+                    sorted((d.name, RunStatus.SUCCEEDED, T0, T0) for d in definitions),
+                )
+                for run in runs:
+                    self.assertEqual(run.duration, run.finished_at - run.started_at)
+
     @pytest.mark.vendor("sqlite")
     def test_an_older_sqlite_claims_with_a_placeholder_per_value(self):
         # Without JSON, or before 3.35 (no RETURNING, no UPDATE ... FROM): the statements of

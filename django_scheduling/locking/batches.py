@@ -149,6 +149,8 @@ def _insert_many(
         select = f"SELECT v.name, v.until, %s{timestamp_cast(sql.conn)}, %s FROM {rows}"
         if sql.vendor == "postgresql":
             statement = f"INSERT INTO {columns} {select} ON CONFLICT DO NOTHING"
+        elif sql.vendor == "mysql":
+            statement = f"INSERT IGNORE INTO {columns} {select}"
         else:
             statement = f"INSERT OR IGNORE INTO {columns} {select}"
         params = [sql.value(now), owner, *rows_params]

@@ -16,7 +16,15 @@ from django.db.models import Q
 from ..models import ScheduledTask, TaskLock, TaskRun
 from ..schedules.decisions import TaskRow
 from ..schedules.triggers import TriggerState
-from .sql import any_of, column, datetime_adapter, datetime_as_text, datetime_reader, rows_of
+from .sql import (
+    any_of,
+    column,
+    datetime_adapter,
+    datetime_as_text,
+    datetime_reader,
+    rows_of,
+    update_from,
+)
 from .task_rows import Holder
 
 __all__ = ["Rows", "read_rows", "claim_many", "note_runs", "claimable", "read_claims"]
@@ -139,16 +147,23 @@ def claim_many(
         ["text", "text", "bigint", "timestamptz"],
         ["name", "trigger", "run", "next"],
         [names, [c[1] for c in claims], [c[2] for c in claims], [c[3] for c in claims]],
+        compares_text=True,
     )
+    params: list[Any]
     if found is not None:  # one statement text whatever the batch's size
-        rows, rows_params = found
-        statement = (
-            f"UPDATE {q(meta.db_table)} AS t SET {columns['last_fire_time']} = %s, "
-            f"{run_column} = v.run, {next_column} = v.next FROM {rows} "
-            f"WHERE t.{name} = v.name AND t.{columns['trigger']} = v.trigger "
-            f"AND (t.{columns['last_fire_time']} IS NULL OR t.{columns['last_fire_time']} < %s)"
+        last = f"t.{columns['last_fire_time']}"
+        statement, params = update_from(
+            conn,
+            q(meta.db_table),
+            found,
+            [(columns["last_fire_time"], "%s"), (run_column, "v.run"), (next_column, "v.next")],
+            [value],
+            (
+                f"t.{name} = v.name AND t.{columns['trigger']} = v.trigger "
+                f"AND ({last} IS NULL OR {last} < %s)",
+                [value],
+            ),
         )
-        params: list[Any] = [value, *rows_params, value]
     else:
         run_sql, run_params = _per_row(name, names, [c[2] for c in claims])
         next_sql, next_params = _per_row(name, names, [adapt(c[3]) for c in claims])
@@ -184,12 +199,16 @@ def note_runs(runs: list[tuple[str, int | None, datetime | None]], *, using: str
         ["text", "bigint", "timestamptz"],
         ["name", "run", "next"],
         [names, [run[1] for run in runs], [run[2] for run in runs]],
+        compares_text=True,
     )
     if found is not None:  # one statement text whatever the batch's size
-        rows, params = found
-        statement = (
-            f"UPDATE {q(ScheduledTask._meta.db_table)} AS t "
-            f"SET {run_column} = v.run, {next_column} = v.next FROM {rows} WHERE t.{name} = v.name"
+        statement, params = update_from(
+            conn,
+            q(ScheduledTask._meta.db_table),
+            found,
+            [(run_column, "v.run"), (next_column, "v.next")],
+            [],
+            (f"t.{name} = v.name", []),
         )
     else:
         run_sql, run_params = _per_row(name, names, [run[1] for run in runs])

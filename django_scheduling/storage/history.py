@@ -12,12 +12,13 @@ from django.db.models import Exists, OuterRef, Q
 from ..models import RunStatus, TaskLock, TaskRun
 from .sql import (
     DatabaseUtcNow,
-    arrays,
     column,
     datetime_adapter,
     duration_adapter,
+    duration_between,
     rows_of,
     timestamp_cast,
+    update_from,
 )
 
 __all__ = [
@@ -194,7 +195,7 @@ def _insert_starts_as_rows(
         ["name", "fire", "locked", "timeout", "missed", "recovery"],
         columns,
     )
-    if found is None:
+    if found is None or not conn.features.can_return_rows_from_bulk_insert:
         return None
     rows, rows_params = found
     cast = timestamp_cast(conn)
@@ -262,25 +263,7 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
         q(column(TaskRun, f)) for f in ("id", "status", "started_at", "finished_at", "duration")
     )
     backend_column, result_column = (q(column(TaskRun, f)) for f in ("backend", "result_id"))
-    if conn.vendor == "postgresql":  # one array per column (see sql.any_of)
-        columns: list[list[Any]] = [[end.run_id for end in ends], [end.started for end in ends]]
-        columns += [[end.finished for end in ends], [end.result_id[:255] for end in ends]]
-        rows, values = arrays(
-            ["bigint", "timestamptz", "timestamptz", "text"],
-            ["id", "started", "finished", "result"],
-            columns,
-        )
-        assignments = (
-            f"{status_column} = %s, {started} = v.started, {finished} = v.finished, "
-            f"{duration} = v.finished - v.started"
-        )
-        if backend:
-            assignments += f", {backend_column} = %s, {result_column} = v.result"
-        with conn.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {q(meta.db_table)} r SET {assignments} FROM {rows} WHERE r.{pk} = v.id",
-                [status, *([backend[:100]] if backend else []), *values],
-            )
+    if conn.vendor != "sqlite" and _record_plain_as_rows(conn, status, backend, ends):
         return
     adapt = datetime_adapter(conn)
     adapt_duration = duration_adapter(conn)
@@ -304,9 +287,10 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
         with conn.cursor() as cursor:
             cursor.executemany(f"UPDATE {q(meta.db_table)} SET {assignments} WHERE {pk} = %s", each)
         return
-    # MySQL: the batch's rows as a derived table of one SELECT each, joined on the id. The
-    # server matches each row once, where a CASE per column compared each row with every
-    # WHEN; 100 ends took 2.0 ms that way on MariaDB 10.11, 1.1 ms this way.
+    # MySQL and MariaDB before 10.6: the batch's rows as a derived table of one SELECT each,
+    # joined on the id. The server matches each row once, where a CASE per column compared
+    # each row with every WHEN; 100 ends took 2.0 ms that way on MariaDB 10.11, 1.1 ms this
+    # way.
     names = ["id", "started", "finished", "duration", *(["result"] if backend else [])]
     first = "SELECT " + ", ".join(f"%s AS {name}" for name in names)
     rest = "SELECT " + ", ".join(["%s"] * len(names))
@@ -328,6 +312,45 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
     statement = f"UPDATE {q(meta.db_table)} r JOIN ({rows}) v ON r.{pk} = v.id SET {assignments}"
     with conn.cursor() as cursor:
         cursor.execute(statement, params)
+
+
+def _record_plain_as_rows(conn: Any, status: str, backend: str, ends: list[Ended]) -> bool:
+    """``_record_plain`` with the rows as a table parameter (``sql.rows_of``); False on a
+    database without one (nothing written)."""
+    found = rows_of(
+        conn,
+        ["bigint", "timestamptz", "timestamptz", "text"],
+        ["id", "started", "finished", "result"],
+        [
+            [end.run_id for end in ends],
+            [end.started for end in ends],
+            [end.finished for end in ends],
+            [end.result_id[:255] for end in ends],
+        ],
+    )
+    if found is None:
+        return False
+    q = conn.ops.quote_name
+    pk, status_column, started, finished, duration, backend_column, result_column = (
+        q(column(TaskRun, f))
+        for f in ("id", "status", "started_at", "finished_at", "duration", "backend", "result_id")
+    )
+    assignments = [
+        (status_column, "%s"),
+        (started, "v.started"),
+        (finished, "v.finished"),
+        (duration, duration_between(conn, "v.started", "v.finished")),
+    ]
+    params: list[Any] = [status]
+    if backend:
+        assignments += [(backend_column, "%s"), (result_column, "v.result")]
+        params.append(backend[:100])
+    statement, params = update_from(
+        conn, q(TaskRun._meta.db_table), found, assignments, params, (f"t.{pk} = v.id", [])
+    )
+    with conn.cursor() as cursor:
+        cursor.execute(statement, params)
+    return True
 
 
 def forget_start(*, using: str, run_id: int) -> None:
