@@ -379,6 +379,8 @@ class BatchTests(Instances):
         # From MariaDB 10.6 the runs' starts and ends go as one JSON text (JSON_TABLE), not a
         # parameter per value that MySQLdb escapes one by one; before it, a placeholder per
         # value, with the same rows written.
+        if not (connection.mysql_is_mariadb and connection.mysql_version >= (10, 6)):
+            self.skipTest("JSON_TABLE is read on MariaDB 10.6 or later only")
         definitions, counters = self.tasks(10)
         older = mock.patch.object(connection, "mysql_version", (10, 5, 99))
         for number, (label, patch) in enumerate(
@@ -416,6 +418,10 @@ class BatchTests(Instances):
                 )
                 for run in runs:
                     self.assertEqual(run.duration, run.finished_at - run.started_at)
+                    # Values and JSON nulls alike: locked, no timeout, no recovery.
+                    self.assertIsNotNone(run.locked_at)
+                    self.assertIsNone(run.timeout_at)
+                    self.assertIsNone(run.recovery_of_id)
 
     @pytest.mark.vendor("sqlite")
     def test_an_older_sqlite_claims_with_a_placeholder_per_value(self):

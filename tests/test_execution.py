@@ -8,7 +8,6 @@ import dataclasses
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from unittest import mock
 
 from django.db import connection
 from django.test import TransactionTestCase
@@ -23,7 +22,7 @@ from django_scheduling.locking import (
 )
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.observability.events import run_events
-from django_scheduling.runtime.firing import FiringPipeline, invoke
+from django_scheduling.runtime.firing import FiringPipeline
 from django_scheduling.runtime.keepalive import KeepAlive
 from django_scheduling.runtime.scheduler import Entry, RunRequest
 from django_scheduling.tasks.registry import TaskRegistry
@@ -367,11 +366,9 @@ class ThreadStateTests(TransactionTestCase):
 
 class WorkerConnectionTests(TransactionTestCase):
     """A run checks its thread's database connections before the task, as Django does
-    before a request, unless the thread checked them after a run a moment ago."""
+    before a request: a task never starts on a connection past ``CONN_MAX_AGE``."""
 
-    def start_of_second_run(self):
-        """Run a task twice on one thread, its connection made obsolete in between; return
-        the connection the second run found open when it started (``None``: closed)."""
+    def test_a_run_closes_an_obsolete_connection_of_its_thread_first(self):
         found = []
 
         def task():
@@ -383,13 +380,11 @@ class WorkerConnectionTests(TransactionTestCase):
             [registry.add(task, fixed_rate="1s", name="uses_db")], complete=False
         )
         entry = Entry(spec.name, spec)
-        obsolete = []
 
         def work():
             try:
                 runner.run(entry, T0)
                 connection.ensure_connection()
-                obsolete.append(connection.connection)
                 connection.close_at = time.monotonic() - 1  # past CONN_MAX_AGE
                 runner.run(entry, T0 + timedelta(seconds=1))
             finally:
@@ -399,13 +394,4 @@ class WorkerConnectionTests(TransactionTestCase):
         thread.start()
         thread.join(DEADLINE)
         self.assertEqual(len(found), 2)
-        return found[1], obsolete[0]
-
-    def test_a_run_long_after_the_last_check_closes_an_obsolete_connection_first(self):
-        with mock.patch.object(invoke, "CONNECTIONS_CHECKED_FOR", 0.0):
-            at_start, _ = self.start_of_second_run()
-        self.assertIsNone(at_start)
-
-    def test_a_run_right_after_another_on_its_thread_does_not_check_again(self):
-        at_start, obsolete = self.start_of_second_run()
-        self.assertIs(at_start, obsolete)
+        self.assertIsNone(found[1])  # closed before the second run's task

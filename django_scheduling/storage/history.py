@@ -257,14 +257,14 @@ def record_ends(*, using: str, ends: list[Ended]) -> None:
 
 def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> None:
     """Record the ends *ends*, all of *status* and *backend* and without an error."""
+    if conn.vendor != "sqlite" and _record_plain_as_rows(conn, status, backend, ends):
+        return
     meta = TaskRun._meta
     q = conn.ops.quote_name
     pk, status_column, started, finished, duration = (
         q(column(TaskRun, f)) for f in ("id", "status", "started_at", "finished_at", "duration")
     )
     backend_column, result_column = (q(column(TaskRun, f)) for f in ("backend", "result_id"))
-    if conn.vendor != "sqlite" and _record_plain_as_rows(conn, status, backend, ends):
-        return
     adapt = datetime_adapter(conn)
     adapt_duration = duration_adapter(conn)
     if conn.vendor == "sqlite":

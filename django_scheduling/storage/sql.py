@@ -260,10 +260,13 @@ def update_from(
 
 def duration_between(conn: Any, start: str, end: str) -> str:
     """Return the SQL of the ``DurationField`` value from *start* to *end* (two datetime
-    expressions): an interval on PostgreSQL, microseconds on MySQL."""
+    expressions): an interval on PostgreSQL, microseconds on MySQL. SQLite has no exact
+    form (its date functions count days in floating point): its callers compute the value."""
     if conn.vendor == "postgresql":
         return f"{end} - {start}"
-    return f"TIMESTAMPDIFF(MICROSECOND, {start}, {end})"
+    if conn.vendor == "mysql":
+        return f"TIMESTAMPDIFF(MICROSECOND, {start}, {end})"
+    raise ValueError(f"no exact duration expression on {conn.vendor}")
 
 
 def array_literal(kind: str, values: list[Any]) -> str:

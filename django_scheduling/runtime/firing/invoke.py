@@ -70,17 +70,6 @@ class _Ended:
     output: str = ""
 
 
-#: How recently a worker thread must have checked its database connections, after a run,
-#: for the next run on it to skip the check before it (see ``Invoker._check_connections``).
-CONNECTIONS_CHECKED_FOR = 1.0  # seconds
-
-
-class _Checked(threading.local):
-    """When this thread last checked its database connections (``time.monotonic()``)."""
-
-    at = float("-inf")
-
-
 class Underway:
     """The runs of this process: claimed and waiting to start, and running, by task name.
 
@@ -153,7 +142,6 @@ class Invoker(HandOver):
     ) -> None:
         super().__init__(recorder=recorder, underway=underway, clock=clock)
         self.stopping = stopping
-        self._checked = _Checked()
 
     def run(self, run: ClaimedRun, done: Callable[[datetime | None], None]) -> None:
         """Call the claimed *run* (on a worker thread) and hand its end to the recorder."""
@@ -161,11 +149,11 @@ class Invoker(HandOver):
         held = run.take_lock()
         started = self.clock()
         try:
-            self._check_connections(before=True)
+            close_old_connections()
             try:
                 ended, started = self._attempts(run, held, started)
             finally:
-                self._check_connections(before=False)
+                close_old_connections()
         except BaseException as exc:
             # Whatever escaped (a KeyboardInterrupt, a trigger that raised): the run is over,
             # its lock must not be kept alive, and its task must fire again.
@@ -185,22 +173,6 @@ class Invoker(HandOver):
             error=ended.error,
             output=ended.output,
         )
-
-    def _check_connections(self, *, before: bool) -> None:
-        """Close this thread's database connections that are past ``CONN_MAX_AGE`` or broken,
-        as Django does before and after each request: a task must not start on a connection
-        the server has dropped meanwhile, nor keep one open under ``CONN_MAX_AGE = 0``.
-
-        Before a run, a thread that checked after its previous run less than
-        ``CONNECTIONS_CHECKED_FOR`` ago does not check again: nothing ran in between. The
-        runs of a burst follow each other on the same workers, and each check costs about
-        1.4 µs (asgiref's thread-local lookups), a tenth of what a quick run costs the
-        scheduler in all."""
-        now = time.monotonic()
-        if before and now - self._checked.at < CONNECTIONS_CHECKED_FOR:
-            return
-        close_old_connections()
-        self._checked.at = now
 
     def _attempts(
         self, run: ClaimedRun, held: KeptAliveLock | None, started: datetime
