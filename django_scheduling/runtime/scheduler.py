@@ -130,16 +130,15 @@ class _Room:
     def admit(self, due: list[Due]) -> tuple[list[Due], list[Due]]:
         """Split *due* into the firings the pool has room for, which keep it, and the others."""
         room = self.pool.room()
-        if room is None or (
+        if (
             self.pool.rejection_policy is RejectionPolicy.DISCARD_OLDEST
             and self.pool.queue_capacity
         ):
-            admitted, refused = due, []  # the pool drops the oldest waiting call for each
-        else:
-            with self._lock:
-                free = max(room - self.kept, 0)
+            room = None  # the pool drops the oldest waiting call for each
+        with self._lock:  # the room seen and the room kept, in one step
+            free = len(due) if room is None else max(room - self.kept, 0)
             admitted, refused = due[:free], due[free:]
-        self.keep(len(admitted))
+            self.kept += len(admitted)
         return admitted, refused
 
     def keep(self, count: int) -> None:

@@ -2,9 +2,10 @@
 
 Django closes a connection at the end of each request when ``CONN_MAX_AGE`` is 0 (the default).
 A scheduler thread that writes every second would then connect every second, and on PostgreSQL
-connecting costs more than the statements. The claims and writer threads keep theirs, and drop
-one only when it failed, or after it sat idle long enough for a server or a proxy to have
-closed it. Task code never runs on these threads.
+connecting costs more than the statements. The claims, writer and maintenance threads keep
+theirs, and drop one only when it failed, or after it sat idle long enough for a server or a
+proxy to have closed it. Task code does not run on them, except under the ``caller_runs`` policy,
+where a thread that claims a firing may run it (between the same checks as a worker's).
 """
 
 from __future__ import annotations
