@@ -257,19 +257,17 @@ def record_ends(*, using: str, ends: list[Ended]) -> None:
 
 def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> None:
     """Record the ends *ends*, all of *status* and *backend* and without an error."""
-    if conn.vendor != "sqlite" and _record_plain_as_rows(conn, status, backend, ends):
-        return
     meta = TaskRun._meta
     q = conn.ops.quote_name
-    pk, status_column, started, finished, duration = (
-        q(column(TaskRun, f)) for f in ("id", "status", "started_at", "finished_at", "duration")
+    pk, status_column, started, finished, duration, backend_column, result_column = (
+        q(column(TaskRun, f))
+        for f in ("id", "status", "started_at", "finished_at", "duration", "backend", "result_id")
     )
-    backend_column, result_column = (q(column(TaskRun, f)) for f in ("backend", "result_id"))
-    adapt = datetime_adapter(conn)
-    adapt_duration = duration_adapter(conn)
     if conn.vendor == "sqlite":
         # One text for every batch, run once per row (see sql.any_of): in-process, there
         # is no round trip to save by a statement per batch.
+        adapt = datetime_adapter(conn)
+        adapt_duration = duration_adapter(conn)
         assignments = f"{status_column} = %s, {started} = %s, {finished} = %s, {duration} = %s"
         if backend:
             assignments += f", {backend_column} = %s, {result_column} = %s"
@@ -287,55 +285,20 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
         with conn.cursor() as cursor:
             cursor.executemany(f"UPDATE {q(meta.db_table)} SET {assignments} WHERE {pk} = %s", each)
         return
-    # MySQL and MariaDB before 10.6: the batch's rows as a derived table of one SELECT each,
-    # joined on the id. The server matches each row once, where a CASE per column compared
-    # each row with every WHEN; 100 ends took 2.0 ms that way on MariaDB 10.11, 1.1 ms this
-    # way.
-    names = ["id", "started", "finished", "duration", *(["result"] if backend else [])]
-    first = "SELECT " + ", ".join(f"%s AS {name}" for name in names)
-    rest = "SELECT " + ", ".join(["%s"] * len(names))
-    rows = " UNION ALL ".join([first, *[rest] * (len(ends) - 1)])
-    params: list[object] = []
-    for end in ends:
-        params += [end.run_id, adapt(end.started), adapt(end.finished)]
-        params.append(adapt_duration(end.finished - end.started))
-        if backend:
-            params.append(end.result_id[:255])
-    assignments = (
-        f"r.{status_column} = %s, r.{started} = v.started, r.{finished} = v.finished, "
-        f"r.{duration} = v.duration"
-    )
-    params.append(status)
-    if backend:
-        assignments += f", r.{backend_column} = %s, r.{result_column} = v.result"
-        params.append(backend[:100])
-    statement = f"UPDATE {q(meta.db_table)} r JOIN ({rows}) v ON r.{pk} = v.id SET {assignments}"
-    with conn.cursor() as cursor:
-        cursor.execute(statement, params)
-
-
-def _record_plain_as_rows(conn: Any, status: str, backend: str, ends: list[Ended]) -> bool:
-    """``_record_plain`` with the rows as a table parameter (``sql.rows_of``); False on a
-    database without one (nothing written)."""
-    found = rows_of(
-        conn,
-        ["bigint", "timestamptz", "timestamptz", "text"],
-        ["id", "started", "finished", "result"],
-        [
-            [end.run_id for end in ends],
-            [end.started for end in ends],
-            [end.finished for end in ends],
-            [end.result_id[:255] for end in ends],
-        ],
-    )
-    if found is None:
-        return False
-    q = conn.ops.quote_name
-    pk, status_column, started, finished, duration, backend_column, result_column = (
-        q(column(TaskRun, f))
-        for f in ("id", "status", "started_at", "finished_at", "duration", "backend", "result_id")
-    )
-    assignments = [
+    columns: list[list[Any]] = [
+        [end.run_id for end in ends],
+        [end.started for end in ends],
+        [end.finished for end in ends],
+        [end.result_id[:255] for end in ends],
+    ]
+    names = ["id", "started", "finished", "result"]
+    rows = rows_of(conn, ["bigint", "timestamptz", "timestamptz", "text"], names, columns)
+    if rows is None:
+        # MySQL and MariaDB before 10.6: the rows as a derived table of one SELECT each. The
+        # server matches each run once, where a CASE per column compared each run with every
+        # WHEN; 100 ends took 2.0 ms that way on MariaDB 10.11, 1.1 ms joined.
+        rows = _selected_rows(conn, names, columns)
+    assignments_of = [
         (status_column, "%s"),
         (started, "v.started"),
         (finished, "v.finished"),
@@ -343,14 +306,28 @@ def _record_plain_as_rows(conn: Any, status: str, backend: str, ends: list[Ended
     ]
     params: list[Any] = [status]
     if backend:
-        assignments += [(backend_column, "%s"), (result_column, "v.result")]
+        assignments_of += [(backend_column, "%s"), (result_column, "v.result")]
         params.append(backend[:100])
     statement, params = update_from(
-        conn, q(TaskRun._meta.db_table), found, assignments, params, (f"t.{pk} = v.id", [])
+        conn, q(meta.db_table), rows, assignments_of, params, (f"t.{pk} = v.id", [])
     )
     with conn.cursor() as cursor:
         cursor.execute(statement, params)
-    return True
+
+
+def _selected_rows(conn: Any, names: list[str], columns: list[list[Any]]) -> tuple[str, list[Any]]:
+    """Return the rows of *columns* as a derived table ``v`` of one ``SELECT`` per row, and
+    its parameters (datetimes in the form *conn* stores)."""
+    adapt = datetime_adapter(conn)
+    first = "SELECT " + ", ".join(f"%s AS {name}" for name in names)
+    rest = "SELECT " + ", ".join(["%s"] * len(names))
+    selects = " UNION ALL ".join([first, *[rest] * (len(columns[0]) - 1)])
+    params = [
+        adapt(value) if isinstance(value, datetime) else value
+        for row in zip(*columns, strict=True)
+        for value in row
+    ]
+    return f"({selects}) AS v", params
 
 
 def forget_start(*, using: str, run_id: int) -> None:
