@@ -517,6 +517,53 @@ class ThreadTests(TransactionTestCase):
         self.assertEqual(len(passes), 3)
         self.assertEqual(created, ["default"])
 
+    @pytest.mark.vendor("sqlite")
+    def test_a_scheduler_thread_s_sqlite_connection_keeps_a_small_page_cache(self):
+        # SQLite's default cache (2,000 KiB) filled up on each scheduler connection with
+        # 10,000 tasks; a task's own connection (a worker thread's) keeps the project's.
+        from django.db import connections
+
+        from django_scheduling.storage.connections import SQLITE_CACHE_KIB, KeptConnection
+
+        kept = KeptConnection("default")
+        sizes = []
+
+        def cache_size():
+            with connections["default"].cursor() as cursor:
+                cursor.execute("PRAGMA cache_size")
+                return cursor.fetchone()[0]
+
+        def set_cache(value):
+            with connections["default"].cursor() as cursor:
+                cursor.execute(f"PRAGMA cache_size = {value}")
+
+        def use():
+            with kept.use():
+                ScheduledTask.objects.exists()
+            sizes.append(cache_size())
+
+        def uses():
+            try:
+                sizes.append(cache_size())  # a connection that is not the scheduler's
+                set_cache(-100)  # smaller, as a project's init_command may make it: kept
+                use()
+                connections["default"].close()
+                set_cache(1000)  # in pages (4 KiB each): capped
+                use()
+                use()  # the same connection again
+                connections["default"].close()  # the thread reconnects
+                use()
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=uses)
+        thread.start()
+        thread.join(30)
+        small = -SQLITE_CACHE_KIB
+        self.assertEqual(len(sizes), 5)
+        self.assertNotEqual(sizes[0], small)
+        self.assertEqual(sizes[1:], [-100, small, small, small])
+
     @override_settings(SCHEDULING={"HOUSEKEEPING_INTERVAL": "1h"})
     def test_a_slow_maintenance_write_does_not_delay_lock_extensions(self):
         started, release, stuck = threading.Event(), threading.Event(), threading.Event()
