@@ -5,8 +5,8 @@ A scheduler thread that writes every second would then connect every second, and
 connecting costs more than the statements. The claims, writer and maintenance threads keep
 theirs, and drop one only when it failed, or after it sat idle long enough for a server or a
 proxy to have closed it. On SQLite their page cache is capped (``SQLITE_CACHE_KIB``). Task code
-does not run on them, except under the ``caller_runs`` policy,
-where a thread that claims a firing may run it (between the same checks as a worker's).
+does not run on them, except under the ``caller_runs`` policy, where a thread that claims a
+firing may run it (between the same checks as a worker's).
 """
 
 from __future__ import annotations
