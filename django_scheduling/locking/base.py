@@ -13,7 +13,7 @@ batch take effect with the claims of their fire times or not at all, says so wit
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import ClassVar, Protocol, runtime_checkable
@@ -81,6 +81,15 @@ class LockConfiguration:
             )
         object.__setattr__(self, "lock_at_most_for", most)
         object.__setattr__(self, "lock_at_least_for", least)
+
+    def renamed(self, name: str) -> LockConfiguration:
+        """Return this configuration for the lock *name* (a name that has passed the checks of
+        another configuration already, such as one read from ``config.name``)."""
+        config = object.__new__(LockConfiguration)
+        object.__setattr__(config, "name", name)
+        object.__setattr__(config, "lock_at_most_for", self.lock_at_most_for)
+        object.__setattr__(config, "lock_at_least_for", self.lock_at_least_for)
+        return config
 
 
 def _duration(value: DurationLike, option: str, name: str) -> timedelta:
@@ -162,6 +171,17 @@ class Lock:
         extended = self._extend(config)
         self._valid = False
         return extended
+
+    def _shared(self) -> Hashable | None:
+        """Return what this handle shares with the handles taken with it, or ``None`` (the
+        default) for a handle with state of its own (a token). Handles with equal keys differ
+        only in their lock's name, and ``_named()`` makes one from another: a batch of firings
+        claimed ahead keeps one handle per key, not one per firing, until each run starts."""
+        return None
+
+    def _named(self, name: str) -> Lock:
+        """Return a handle like this one for the lock *name* (see ``_shared()``)."""
+        raise NotImplementedError
 
     def _unlock(self) -> bool:
         """Release the lock if this handle's acquisition still holds it; return whether it

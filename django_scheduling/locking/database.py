@@ -372,6 +372,30 @@ class DatabaseLock(Lock):
         super().__init__(config, **times)
         self._provider, self.owner = provider, owner
 
+    def _shared(self) -> tuple[Any, ...]:
+        # A handle is its configuration, times, owner and provider: the locks that one
+        # lock_many() took with the same durations share all but their names.
+        config = self.config
+        return (
+            self._provider,
+            self.owner,
+            self.locked_at,
+            self.lock_until,
+            self._least_until,
+            config.lock_at_most_for,
+            config.lock_at_least_for,
+        )
+
+    def _named(self, name: str) -> DatabaseLock:
+        return DatabaseLock(
+            self._provider,
+            self.owner,
+            self.config.renamed(name),
+            locked_at=self.locked_at,
+            lock_until=self.lock_until,
+            least_until=self._least_until,
+        )
+
     def _unlock(self) -> bool:
         return self._provider._unlock(self)
 
