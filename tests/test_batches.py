@@ -128,8 +128,9 @@ class Instance:
             if isinstance(outcome, Call)
         ]
         for entry, call in calls:
+            call.entry = entry
             call.run(
-                lambda next_time, name=entry.name: self.next_times.__setitem__(name, next_time)
+                lambda call, next_time: self.next_times.__setitem__(call.entry.name, next_time)
             )
         assert self.writer.drain(DEADLINE), "the writer did not record the ends in time"
         return len(calls)
@@ -220,7 +221,7 @@ class BatchTests(Instances):
         # Kept while the thread waited for the next ends, a burst of 10,000 stayed in memory
         # until the next burst.
         class Done:
-            def __call__(self, next_time: datetime | None) -> None:
+            def __call__(self, call, next_time: datetime | None) -> None:
                 pass
 
         definitions, _ = self.tasks(5)
@@ -518,7 +519,7 @@ class BatchTests(Instances):
             ended: list = []
             a.writer.add = ended.append  # the ends of the batch, written together below
             for outcome in outcomes:
-                outcome.run(lambda next_time: None)
+                outcome.run(lambda call, next_time: None)
             seen: set[str] = set()
 
             def note(execute, sql, params, many, context, seen=seen):

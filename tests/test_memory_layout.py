@@ -28,7 +28,7 @@ from django_scheduling.conf import get_settings
 from django_scheduling.locking import LockConfiguration
 from django_scheduling.locking.database import DatabaseLock
 from django_scheduling.models import ScheduledTask, TaskLock, TaskRun
-from django_scheduling.runtime.calls import Entry
+from django_scheduling.runtime.calls import Call, Entry
 from django_scheduling.runtime.firing import TaskSpec
 from django_scheduling.runtime.scheduler import Scheduler
 from django_scheduling.schedules.cron import CronExpression
@@ -198,6 +198,19 @@ class BatchTests(Instances):
         self.assertEqual(specs[3].state.last_fire_time, T0)
         self.assertIsNone(specs[0].state.last_fire_time)
 
+    def handed_ends(self, instance):
+        """Note each end handed to *instance*'s writer, with the keep-alive record its run
+        still held then."""
+        handed: list = []
+        add = instance.writer.add
+
+        def watched(finished):
+            handed.append((finished, finished.done.held))
+            add(finished)
+
+        instance.writer.add = watched
+        return handed
+
     def test_a_claimed_run_is_one_object_from_its_claim_to_the_record_of_its_end(self):
         # A burst keeps every claimed firing in memory at once, and then every end the writer
         # has not written yet: a closure and its cells per run made each several times larger.
@@ -205,14 +218,12 @@ class BatchTests(Instances):
         a = self.instance("a")
         entries = a.entries(definitions)
         outcomes = a.batch(entries, T0)
-        handed: list = []
-        add = a.writer.add
-        a.writer.add = lambda finished: (handed.append(finished), add(finished))[-1]
+        handed = self.handed_ends(a)
         self.assertEqual(a.run_calls(entries, outcomes), 5)
         self.assertEqual([c.count for c in counters], [1] * 5)
         self.assertEqual(len(handed), 5)
         # The writer calls the run back itself once its end is recorded.
-        self.assertEqual({id(f.done) for f in handed}, {id(o) for o in outcomes})
+        self.assertEqual({id(f.done) for f, _ in handed}, {id(o) for o in outcomes})
         self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
 
     def test_a_batch_claimed_ahead_keeps_one_lock_handle_not_one_per_firing(self):
@@ -244,7 +255,6 @@ class BatchTests(Instances):
         self.assertEqual(TaskRun.objects.filter(lock_lost=True).count(), 0)
         for row in TaskLock.objects.all():
             self.assertLess(row.lock_until, rows[row.name].lock_until)
-
 
 
 # -- locks held together ---------------------------------------------------------------------
@@ -307,6 +317,32 @@ class SchedulerTests(SimpleTestCase):
         self.assertEqual(
             sorted(work.entry.name for work in due), [f"task{i:04}" for i in range(1_000)]
         )
+
+    def test_every_call_is_told_of_its_end_by_one_callable(self):
+        # A callable made per call (a partial and its bound method, 144 bytes) stayed with
+        # each run until the writer recorded its end.
+        _runner, scheduler = self.make()
+        told = []
+
+        class Watched(Call):
+            __slots__ = ()
+
+            def run(self, done):
+                told.append(done)
+                done(self, None)
+
+        calls = []
+        for index in range(3):
+            call = Watched()
+            at = now() + timedelta(hours=1)
+            task = Task(FixedRateTrigger(timedelta(hours=1)), state=TriggerState(anchor=at))
+            call.entry = Entry(f"task{index}", task)
+            scheduler.add(call.entry)
+            calls.append(call)
+        for call in calls:
+            scheduler._run_call(call)
+        self.assertEqual(len(told), 3)
+        self.assertEqual(len({id(done) for done in told}), 1)
 
 
 class ClaimAheadTests(Bursts):

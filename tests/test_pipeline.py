@@ -111,7 +111,7 @@ class UnlockedBatchTests(Instances):
         a.writer._thread, a.writer._exited, a.writer._stopped = None, False, False
         for entry, outcome in zip(entries, outcomes, strict=True):
             outcome.entry = entry
-            outcome.run(lambda next_time: None)
+            outcome.run(lambda call, next_time: None)
         a.writer.start()
         self.assertTrue(a.writer.drain(DEADLINE))
         self.assertEqual(commits, [30])

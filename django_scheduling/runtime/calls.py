@@ -9,6 +9,7 @@ entry's next fire time through ``done`` once its end is recorded.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,13 +20,15 @@ from .pool import PoolStats
 
 __all__ = ["Call", "Dispatcher", "Entry", "FunctionCall", "Firing", "Outcome", "RunRequest"]
 
-#: Told when the entry of a call fires next, once the call's end is recorded.
-Done = Callable[[datetime | None], None]
+#: Told, with the call, when the entry of the call fires next, once the call's end is recorded.
+#: The call is passed rather than bound in: one callable serves every call, where a burst's
+#: runs wait for the writer by the thousand.
+Done = Callable[["Call", datetime | None], None]
 
 
 class Call:
     """A run claimed for this process: ``run(done)`` runs it on a worker thread, and
-    ``done(next_time)`` is called once its end is recorded, possibly later and from another
+    ``done(call, next_time)`` is called once its end is recorded, possibly later and from another
     thread. A burst claimed ahead keeps one per firing until its instant."""
 
     __slots__ = ("at", "entry")
@@ -46,16 +49,18 @@ class Call:
 
 
 class FunctionCall(Call):
-    """A ``Call`` that runs ``fn(done)``; dropped by the pool, its entry fires at *retry*."""
+    """A ``Call`` that runs ``fn(told)``, *told* taking the next fire time."""
 
     __slots__ = ("fn",)
 
-    def __init__(self, fn: Callable[[Done], None], at: datetime | None = None) -> None:
+    def __init__(
+        self, fn: Callable[[Callable[[datetime | None], None]], None], at: datetime | None = None
+    ) -> None:
         super().__init__(at)
         self.fn = fn
 
     def run(self, done: Done) -> None:
-        self.fn(done)
+        self.fn(functools.partial(done, self))
 
     def reject(self, stats: PoolStats) -> datetime | None:
         return self.entry.next_fire_time if self.entry is not None else None

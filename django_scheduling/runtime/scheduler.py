@@ -18,7 +18,6 @@ instance may still run them.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import threading
 import time
@@ -28,7 +27,7 @@ from datetime import datetime, timedelta
 from ..bursts import Burst, bursts
 from ..clock import utcnow
 from ..context import shutdown_requested, stopping_context
-from .calls import Call, Dispatcher, Entry, Outcome, RunRequest
+from .calls import Call, Dispatcher, Done, Entry, Outcome, RunRequest
 from .claim_queue import CLAIM_THREADS, ClaimQueue
 from .delay_queue import BATCH_SIZE, CLAIM_AHEAD_MAX, DelayQueue, Due, claim_ahead
 from .pool import PoolStats, RejectedWork, RejectionPolicy, Work, WorkerPool
@@ -189,6 +188,8 @@ class Scheduler:
             threads=claim_threads,
         )
         self._room = _Room(self.pool)
+        #: Every call's ``done``, bound once (see ``calls.Done``).
+        self._done: Done = self._call_done
         self.queue = DelayQueue()
         self._cond = self.queue.cond
         #: The entries put in the place of one whose run was under way, by name, with the
@@ -475,12 +476,14 @@ class Scheduler:
         if call.at is not None and (wait := call.at.timestamp() - time.time()) > 0:
             time.sleep(wait)
         try:
-            call.run(functools.partial(self._call_done, entry))
+            call.run(self._done)
         except Exception:
             logger.exception("Running %s failed outside the task itself", entry.name)
             self._finish(entry, self._retry_time(entry), reschedule=True)
 
-    def _call_done(self, entry: Entry, next_time: datetime | None) -> None:
+    def _call_done(self, call: Call, next_time: datetime | None) -> None:
+        entry = call.entry
+        assert entry is not None
         entry.failures = 0
         self._finish(entry, next_time, reschedule=True)
 

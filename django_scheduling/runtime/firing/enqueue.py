@@ -35,6 +35,7 @@ from ...models import RunStatus
 from ...observability.events import run_events
 from ...schedules.decisions import retry_delay
 from ...tasks import engines
+from ..calls import Done
 from .contention import when
 from .invoke import Underway, retry_bound
 from .record import NO_ERROR, HandOver, Recorder
@@ -119,7 +120,7 @@ class Enqueuer(HandOver):
 
     # -- on a worker thread, after the claim ---------------------------------------------------
 
-    def run(self, run: ClaimedRun, done: Callable[[datetime | None], None]) -> None:
+    def run(self, run: ClaimedRun, done: Done) -> None:
         """Publish the claimed *run* (unless its claim enqueued it) and hand its end to the
         recorder."""
         self.underway.started(run.spec.name)

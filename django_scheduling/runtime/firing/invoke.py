@@ -31,6 +31,7 @@ from ...schedules.decisions import retry_delay
 from ...schedules.durations import format_duration
 from ...tasks.commands import CommandFailed, CommandOutput
 from ...tasks.definition import TaskDefinition
+from ..calls import Done
 from ..keepalive import KeptAliveLock
 from .contention import LOCKED_REPORT_AFTER, when
 from .record import NO_ERROR, Error, HandOver, Recorder
@@ -143,7 +144,7 @@ class Invoker(HandOver):
         super().__init__(recorder=recorder, underway=underway, clock=clock)
         self.stopping = stopping
 
-    def run(self, run: ClaimedRun, done: Callable[[datetime | None], None]) -> None:
+    def run(self, run: ClaimedRun, done: Done) -> None:
         """Call the claimed *run* (on a worker thread) and hand its end to the recorder."""
         self.underway.started(run.spec.name)
         held = run.take_lock()

@@ -214,7 +214,7 @@ class FiringPipeline:
         told = threading.Event()
         next_times: list[datetime | None] = []
 
-        def done(next_time: datetime | None) -> None:
+        def done(call: Call, next_time: datetime | None) -> None:
             next_times.append(next_time)
             told.set()
 

@@ -21,6 +21,7 @@ from ...models import RunStatus
 from ...observability.events import run_events
 from ...storage import history, task_rows
 from ...storage.history import Start
+from ..calls import Done
 from ..outbox import Outbox
 from ..pool import PoolStats
 from ..writer import EndWriter, Finished
@@ -167,7 +168,7 @@ class Recorder:
     def finish(
         self,
         run: ClaimedRun,
-        done: Callable[[datetime | None], None],
+        done: Done,
         *,
         status: RunStatus,
         started: datetime,
@@ -198,7 +199,7 @@ class Recorder:
     def abandon(
         self,
         run: ClaimedRun,
-        done: Callable[[datetime | None], None],
+        done: Done,
         started: datetime,
         error: Error,
     ) -> None:
@@ -251,7 +252,7 @@ class Recorder:
                 self.lock_lost(run.spec, run.run_id, run.fire_time)
             self.signal_end(run, exc)
         finally:
-            done(run.next_time)
+            done(run, run.next_time)
 
     def signal_end(self, run: ClaimedRun, exc: BaseException | None) -> None:
         spec = run.spec

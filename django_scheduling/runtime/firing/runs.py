@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...schedules.decisions import Firing, Run, TaskRow
-from ..calls import Call
+from ..calls import Call, Done
 from ..keepalive import KeptAliveLock, WaitingLocks
 from ..pool import PoolStats
 from .spec import TaskSpec
@@ -74,7 +73,7 @@ class Handler(Protocol):
     """What runs a claimed firing (calls the task, or enqueues it), and what is told once its
     end is recorded."""
 
-    def run(self, run: ClaimedRun, done: Callable[[datetime | None], None]) -> None: ...
+    def run(self, run: ClaimedRun, done: Done) -> None: ...
 
     def written(self, run: ClaimedRun, lost: bool) -> None: ...
 
@@ -139,7 +138,7 @@ class ClaimedRun(Call):
         #: Its lock, kept alive on its own, once the run starts (see ``take_lock()``).
         self.held: KeptAliveLock | None = None
         # Set when the run has ended, for the writer's call back:
-        self.done: Callable[[datetime | None], None] | None = None
+        self.done: Done | None = None
         self.next_time: datetime | None = None
         self.duration = _NO_TIME
         self.exc: BaseException | None = None
@@ -158,7 +157,7 @@ class ClaimedRun(Call):
         held = self.take_lock()
         return held.lock.locked_at if held is not None and held.lock is not None else None
 
-    def run(self, done: Callable[[datetime | None], None]) -> None:
+    def run(self, done: Done) -> None:
         self.handler.run(self, done)
 
     def reject(self, stats: PoolStats) -> datetime | None:
