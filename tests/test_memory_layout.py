@@ -224,6 +224,12 @@ class BatchTests(Instances):
         self.assertEqual(len(handed), 5)
         # The writer calls the run back itself once its end is recorded.
         self.assertEqual({id(f.done) for f, _ in handed}, {id(o) for o in outcomes})
+        # Nor does an end wait for the writer with its keep-alive record (and that record's
+        # mutex): only with the lock the writer releases.
+        for finished, held in handed:
+            self.assertIsNone(held)
+            self.assertIsInstance(finished.lock, DatabaseLock)
+        self.assertEqual(TaskRun.objects.filter(lock_lost=True).count(), 0)
         self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
 
     def test_a_batch_claimed_ahead_keeps_one_lock_handle_not_one_per_firing(self):

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import DatabaseError
 
 from ... import signals
+from ...locking import Lock
 from ...models import RunStatus
 from ...observability.events import run_events
 from ...storage import history, task_rows
@@ -191,10 +192,8 @@ class Recorder:
             end = history.Ended(
                 run.run_id, status, started, finished, error, backend, result_id, output
             )
-        held = run.take_lock()
-        # What the writer's call back needs: kept on the run, not in a closure per run.
         run.done, run.next_time = done, next_time
-        self.writer.add(Finished(spec.name, end, row_write, held.detach() if held else None, run))
+        self.writer.add(Finished(spec.name, end, row_write, self._detach(run), run))
 
     def abandon(
         self,
@@ -209,9 +208,21 @@ class Recorder:
         end = None
         if run.run_id is not None:
             end = history.Ended(run.run_id, RunStatus.FAILED, started, self.clock(), error)
-        held = run.take_lock()
         run.done, run.next_time = done, self.clock() + RETRY_AFTER_ERROR
-        self.writer.add(Finished(run.spec.name, end, None, held.detach() if held else None, run))
+        self.writer.add(Finished(run.spec.name, end, None, self._detach(run), run))
+
+    def _detach(self, run: ClaimedRun) -> Lock | None:
+        """Stop keeping the lock of the ended *run* alive and return it, for the writer to
+        release (``None``: it had none, or it was lost while the run went on). The keep-alive
+        record goes with it, unless it found the lock lost (``written`` reports that): a
+        burst's ends wait for the writer by the thousand."""
+        held = run.take_lock()
+        if held is None:
+            return None
+        lock = held.detach()
+        if not held.lost:
+            run.held = None
+        return lock
 
     def next_time(
         self, spec: TaskSpec, planned: datetime | None, *, now: datetime
