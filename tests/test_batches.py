@@ -169,6 +169,27 @@ class Instances(TransactionTestCase):
 
 
 class BatchTests(Instances):
+    def test_a_run_whose_lock_was_taken_over_while_it_ran_is_recorded_lock_lost(self):
+        definitions, counters = self.tasks(2)
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        outcomes = a.batch(entries, T0)
+        held = outcomes[0].take_lock()
+        # The lock of job000 expired and another instance took it: the keep-alive's next
+        # extension finds it lost.
+        TaskLock.objects.filter(name="job000").update(
+            locked_by="b", locked_at=datetime.now(UTC) + timedelta(seconds=1)
+        )
+        held.extend()
+        self.assertTrue(held.lost)
+        self.assertEqual(a.run_calls(entries, outcomes), 2)
+        self.assertEqual([c.count for c in counters], [1, 1])
+        runs = TaskRun.objects.order_by("task_name")
+        self.assertEqual(
+            [(r.task_name, r.lock_lost) for r in runs], [("job000", True), ("job001", False)]
+        )
+        self.assertEqual(TaskLock.objects.get(name="job000").locked_by, "b")  # not released
+
     def test_a_batch_runs_each_due_firing_once_and_records_it(self):
         definitions, counters = self.tasks(5)
         a = self.instance("a")
