@@ -82,9 +82,10 @@ class LockConfiguration:
         object.__setattr__(self, "lock_at_most_for", most)
         object.__setattr__(self, "lock_at_least_for", least)
 
-    def renamed(self, name: str) -> LockConfiguration:
-        """Return this configuration for the lock *name* (a name that has passed the checks of
-        another configuration already, such as one read from ``config.name``)."""
+    def _renamed(self, name: str) -> LockConfiguration:
+        """Return this configuration for the lock *name*, without the checks of the
+        constructor: for a name read from a configuration that passed them (``Lock._named``
+        makes a handle per firing of a burst from its batch's handle)."""
         config = object.__new__(LockConfiguration)
         object.__setattr__(config, "name", name)
         object.__setattr__(config, "lock_at_most_for", self.lock_at_most_for)

@@ -390,7 +390,7 @@ class DatabaseLock(Lock):
         return DatabaseLock(
             self._provider,
             self.owner,
-            self.config.renamed(name),
+            self.config._renamed(name),
             locked_at=self.locked_at,
             lock_until=self.lock_until,
             least_until=self._least_until,
