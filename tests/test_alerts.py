@@ -120,3 +120,33 @@ class AlertTests(TransactionTestCase):
     def test_off_by_default(self):
         self.run_until(Flaky(3), "unwatched")
         self.assertEqual(self.sent, [])
+
+
+class StreakTests(TransactionTestCase):
+    """The streak an alert reports is counted at the run it is about, however late its event
+    is delivered: by then later runs of the task may be recorded (every 200 ms, say)."""
+
+    def record(self, *statuses: RunStatus) -> list[int]:
+        start = datetime.now(UTC) - timedelta(minutes=10)
+        return [
+            TaskRun.objects.create(
+                task_name="streak",
+                started_at=start + timedelta(seconds=index),
+                finished_at=start + timedelta(seconds=index),
+                status=status,
+                instance="a:1:1",
+            ).pk
+            for index, status in enumerate(statuses)
+        ]
+
+    def test_a_recovery_counts_the_failures_before_it_not_the_runs_after_it(self):
+        failed, succeeded = RunStatus.FAILED, RunStatus.SUCCEEDED
+        ids = self.record(succeeded, failed, failed, succeeded, succeeded)
+        count = alerts.failures_in_a_row("streak", before=ids[3], limit=5, using="default")
+        self.assertEqual(count, 2)
+
+    def test_a_failure_counts_the_streak_it_ends_not_the_runs_after_it(self):
+        failed, succeeded = RunStatus.FAILED, RunStatus.SUCCEEDED
+        ids = self.record(succeeded, failed, failed, succeeded)
+        count = alerts.failures_in_a_row("streak", through=ids[2], limit=5, using="default")
+        self.assertEqual(count, 2)

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db.models import Q, Subquery
 
 from .. import signals
 from ..conf import get_settings
@@ -47,13 +48,26 @@ def _on() -> bool:
         return False  # the system checks report it
 
 
-def failures_in_a_row(name: str, *, before: int | None, limit: int, using: str) -> int:
+def failures_in_a_row(
+    name: str,
+    *,
+    before: int | None = None,
+    through: int | None = None,
+    limit: int,
+    using: str,
+) -> int:
     """Return how many of the newest finished runs of *name* failed in a row, counting at most
-    *limit*; with *before* (a run id), only runs older than that run count."""
+    *limit*; with *before* (a run id), only runs older than that run count, and with *through*,
+    that run and older ones. An event is delivered after its run is recorded, and later runs
+    of the task may be recorded by then: they must not break the streak it reports."""
     counted = [RunStatus.SUCCEEDED, RunStatus.ENQUEUED, RunStatus.FAILED, RunStatus.TIMED_OUT]
     runs = TaskRun.objects.using(using).filter(task_name=name, status__in=counted)
-    if before is not None:
-        runs = runs.exclude(pk=before)
+    anchor = before if before is not None else through
+    if anchor is not None:
+        # Older in the order counted below: by start, then by id.
+        started = Subquery(TaskRun.objects.using(using).filter(pk=anchor).values("started_at")[:1])
+        older = Q(started_at__lt=started) | Q(started_at=started, pk__lt=anchor)
+        runs = runs.filter(older if before is not None else older | Q(pk=anchor))
     statuses = runs.order_by("-started_at", "-id").values_list("status", flat=True)[:limit]
     count = 0
     for status in statuses:
@@ -71,8 +85,8 @@ def _failed(
     if threshold is None:
         return
     if conf.history and run is not None:
-        # This run is recorded already: it is the newest of the streak.
-        count = failures_in_a_row(sender, before=None, limit=threshold + 1, using=conf.database)
+        # This run is recorded already: it ends the streak.
+        count = failures_in_a_row(sender, through=run, limit=threshold + 1, using=conf.database)
     else:
         with _counts_lock:
             count = _counts[sender] = _counts.get(sender, 0) + 1
