@@ -279,25 +279,24 @@ def free_locks_of_dead_processes(*, using: str) -> list[str]:
 
     A restarted process (a dev server after Ctrl-C, a killed worker) thus does not wait
     ``lock_at_most_for`` for the locks its predecessor held. Only owners in the default
-    ``host:pid:start`` form are judged (see ``process``).
+    ``host:pid:start`` form are judged (see ``process``), each once: a scheduler of 10,000
+    tasks holds thousands of locks at a time, under a handful of owners.
     """
-    held = (
-        TaskLock.objects.using(using)
-        .filter(locked_by__startswith=f"{process.hostname()}:", lock_until__gt=DatabaseUtcNow())
-        .values_list("name", "locked_by", "locked_at")
+    held = TaskLock.objects.using(using).filter(
+        locked_by__startswith=f"{process.hostname()}:", lock_until__gt=DatabaseUtcNow()
     )
+    owners = held.order_by().values_list("locked_by", flat=True).distinct()
     freed = []
-    for name, owner, locked_at in held:
-        if not process.is_dead_local(owner):
-            continue
-        updated = (
-            TaskLock.objects.using(using)
-            .filter(name=name, locked_by=owner, locked_at=locked_at)
-            .update(lock_until=F("locked_at"))
-        )
-        if updated:
-            logger.warning("Freed the lock of %s: its holder %s has died", name, owner)
-            freed.append(name)
+    for owner in [owner for owner in owners if process.is_dead_local(owner)]:
+        for name, locked_at in held.filter(locked_by=owner).values_list("name", "locked_at"):
+            updated = (
+                TaskLock.objects.using(using)
+                .filter(name=name, locked_by=owner, locked_at=locked_at)
+                .update(lock_until=F("locked_at"))
+            )
+            if updated:
+                logger.warning("Freed the lock of %s: its holder %s has died", name, owner)
+                freed.append(name)
     return freed
 
 
