@@ -67,7 +67,9 @@ Options: ``--databases mariadb,sqlite[,postgresql]``, ``--tasks 100,1000,10000``
 ``--shapes second,minute``, ``--systems ours,apscheduler``, ``--seconds`` (window, default 15;
 quick 6), ``--warmup`` (default 5; quick 3), ``--minute-second auto|0-59``, ``--note TEXT``
 (a line for the results header), ``--write`` / ``--no-write``, ``--keep`` (keep logs and
-records of every configuration).
+records of every configuration), ``--no-history`` (our schedulers with
+``SCHEDULING["HISTORY"] = False``; the default keeps the history, as a project that sets
+nothing does).
 """
 
 from __future__ import annotations
@@ -520,7 +522,10 @@ class Runner:
         burst = None
         if config.shape == "minute":
             burst = self.plan_burst(config, warmup)
-        extra = {"BENCH_MINUTE_SECOND": str(int(burst % 60) if burst else 0)}
+        extra = {
+            "BENCH_MINUTE_SECOND": str(int(burst % 60) if burst else 0),
+            "BENCH_HISTORY": "0" if self.args.no_history else "1",
+        }
         children: list[Child] = []
         try:
             if config.ours:
@@ -1322,6 +1327,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument("--note", default="", help="a line for the header of the results")
     parser.add_argument("--keep", action="store_true", help="keep logs and records")
+    parser.add_argument(
+        "--no-history", action="store_true", help="our schedulers with HISTORY = False"
+    )
     parser.add_argument("--aps-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.minute_second != "auto" and not (

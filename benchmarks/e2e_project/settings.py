@@ -1,10 +1,10 @@
 """Settings of the end-to-end benchmark: the product with its defaults, on ``DATABASE_URL``.
 
-``SCHEDULING`` is not set: every task is locked, history is on and the pool has its default
-sizes, as in a project that only declares tasks. The SQLite options are the example project's
-(WAL, ``IMMEDIATE`` transactions, a 20 s busy timeout), what a project that runs several
-scheduler threads on one SQLite file needs. ``DEBUG`` is off, as in production: with it on,
-Django keeps every query in memory.
+``SCHEDULING`` holds only ``HISTORY``, on unless ``BENCH_HISTORY=0`` (``--no-history``): every
+task is locked and the pool has its default sizes, as in a project that only declares tasks.
+The SQLite options are the example project's (WAL, ``IMMEDIATE`` transactions, a 20 s busy
+timeout), what a project that runs several scheduler threads on one SQLite file needs.
+``DEBUG`` is off, as in production: with it on, Django keeps every query in memory.
 """
 
 from __future__ import annotations
@@ -35,3 +35,5 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("charset", "utf8mb4")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+SCHEDULING = {"HISTORY": env.bool("BENCH_HISTORY", default=True)}
