@@ -24,6 +24,7 @@ from django_scheduling.locking import DatabaseLockProvider, LockConfiguration
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.observability.events import run_events
 from django_scheduling.process import identity
+from django_scheduling.runtime import maintenance
 from django_scheduling.runtime.maintenance import free_locks_of_dead_processes, request_recoveries
 from django_scheduling.runtime.scheduler import Entry, RunRequest
 from django_scheduling.runtime.service import SchedulerService
@@ -490,6 +491,36 @@ class DeadHolderTests(TransactionTestCase):
             sorted(still_held.values_list("name", flat=True)),
             [f"{alive}-{index}" for index in range(5)],
         )
+
+    def test_a_dead_process_s_many_locks_are_freed_a_chunk_at_a_time(self):
+        # A killed scheduler of thousands of tasks leaves thousands of locks: freed one
+        # statement and one warning each, they held up its successor's start for seconds.
+        child = subprocess.Popen(["true"])
+        child.wait()
+        now = utcnow()
+        dead = identity(child.pid)
+        names = [f"task-{index:04d}" for index in range(2 * maintenance.FREE_CHUNK + 1)]
+        TaskLock.objects.bulk_create(
+            [
+                TaskLock(
+                    name=name, lock_until=now + timedelta(hours=1), locked_at=now, locked_by=dead
+                )
+                for name in names
+            ],
+            batch_size=200,
+        )
+        with (
+            CaptureQueriesContext(connection) as queries,
+            self.assertLogs(maintenance.logger, "WARNING") as logs,
+        ):
+            freed = free_locks_of_dead_processes(using="default")
+        self.assertEqual(sorted(freed), names)
+        updates = [q for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+        self.assertEqual(len(updates), 3)
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn(f"Freed {len(names)} lock(s) held by {dead}, which has died", logs.output[0])
+        self.assertIn("and 991 more", logs.output[0])
+        self.assertFalse(TaskLock.objects.filter(lock_until__gt=utcnow()).exists())
 
     @pytest.mark.vendor("mysql")
     def test_a_dead_process_s_lock_is_freed_whatever_the_session_time_zone(self):

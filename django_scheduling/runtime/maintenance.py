@@ -280,24 +280,45 @@ def free_locks_of_dead_processes(*, using: str) -> list[str]:
     A restarted process (a dev server after Ctrl-C, a killed worker) thus does not wait
     ``lock_at_most_for`` for the locks its predecessor held. Only owners in the default
     ``host:pid:start`` form are judged (see ``process``), each once: a scheduler of 10,000
-    tasks holds thousands of locks at a time, under a handful of owners.
+    tasks holds thousands of locks at a time, under a handful of owners. A dead owner's locks
+    are freed ``FREE_CHUNK`` at a time, with one warning for each owner.
     """
     held = TaskLock.objects.using(using).filter(
         locked_by__startswith=f"{process.hostname()}:", lock_until__gt=DatabaseUtcNow()
     )
     owners = held.order_by().values_list("locked_by", flat=True).distinct()
-    freed = []
+    freed: list[str] = []
     for owner in [owner for owner in owners if process.is_dead_local(owner)]:
-        for name, locked_at in held.filter(locked_by=owner).values_list("name", "locked_at"):
-            updated = (
-                TaskLock.objects.using(using)
-                .filter(name=name, locked_by=owner, locked_at=locked_at)
-                .update(lock_until=F("locked_at"))
+        names = sorted(held.filter(locked_by=owner).values_list("name", flat=True))
+        mine: list[str] = []
+        for first in range(0, len(names), FREE_CHUNK):
+            mine += _free(using, owner, names[first : first + FREE_CHUNK])
+        if mine:
+            shown = ", ".join(mine[:_NAMES_SHOWN])
+            more = f" and {len(mine) - _NAMES_SHOWN} more" if len(mine) > _NAMES_SHOWN else ""
+            logger.warning(
+                "Freed %d lock(s) held by %s, which has died: %s%s", len(mine), owner, shown, more
             )
-            if updated:
-                logger.warning("Freed the lock of %s: its holder %s has died", name, owner)
-                freed.append(name)
+        freed += mine
     return freed
+
+
+#: The locks of a dead process freed by one statement.
+FREE_CHUNK = 500
+#: The names a warning about freed locks shows.
+_NAMES_SHOWN = 10
+
+
+def _free(using: str, owner: str, names: list[str]) -> list[str]:
+    """Free the locks *names* that the dead *owner* still holds; return the names freed.
+
+    A lock that expired meanwhile is left alone. When another scheduler of this host frees
+    the same locks at the same moment, each may count a lock the other freed."""
+    locks = TaskLock.objects.using(using).filter(name__in=names, locked_by=owner)
+    count = locks.filter(lock_until__gt=DatabaseUtcNow()).update(lock_until=F("locked_at"))
+    if count == len(names):
+        return names
+    return sorted(locks.filter(lock_until=F("locked_at")).values_list("name", flat=True))
 
 
 def _close_others(using: str) -> None:
