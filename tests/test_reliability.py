@@ -522,6 +522,28 @@ class DeadHolderTests(TransactionTestCase):
         self.assertIn("and 991 more", logs.output[0])
         self.assertFalse(TaskLock.objects.filter(lock_until__gt=utcnow()).exists())
 
+    def test_a_lock_that_changed_since_it_was_read_is_left_alone(self):
+        # Between the read of a dead holder's locks and the statement that frees them, one
+        # may expire and another be taken by a live process: neither is touched or reported.
+        child = subprocess.Popen(["true"])
+        child.wait()
+        now = utcnow()
+        dead = identity(child.pid)
+        rows = {
+            "held": (now + timedelta(hours=1), now, dead),
+            "expired": (now - timedelta(seconds=1), now - timedelta(hours=1), dead),
+            "taken": (now + timedelta(hours=1), now, "web-2"),
+        }
+        for name, (until, at, owner) in rows.items():
+            TaskLock.objects.create(name=name, lock_until=until, locked_at=at, locked_by=owner)
+        freed = maintenance._free("default", dead, ["expired", "held", "taken"])
+        self.assertEqual(freed, ["held"])
+        for name in ("expired", "taken"):
+            lock = TaskLock.objects.get(name=name)
+            self.assertEqual((lock.lock_until, lock.locked_at, lock.locked_by), rows[name], name)
+        held = TaskLock.objects.get(name="held")
+        self.assertEqual(held.lock_until, held.locked_at)
+
     @pytest.mark.vendor("mysql")
     def test_a_dead_process_s_lock_is_freed_whatever_the_session_time_zone(self):
         # CURRENT_TIMESTAMP (Django's Now()) is in the session's time zone; locks are UTC.

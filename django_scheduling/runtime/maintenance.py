@@ -281,7 +281,9 @@ def free_locks_of_dead_processes(*, using: str) -> list[str]:
     ``lock_at_most_for`` for the locks its predecessor held. Only owners in the default
     ``host:pid:start`` form are judged (see ``process``), each once: a scheduler of 10,000
     tasks holds thousands of locks at a time, under a handful of owners. A dead owner's locks
-    are freed ``FREE_CHUNK`` at a time, with one warning for each owner.
+    are freed ``FREE_CHUNK`` at a time, with one warning for each owner. Two schedulers of
+    one host that free the same dead owner's locks at once may both report a lock that one
+    of them freed (see ``_free``).
     """
     held = TaskLock.objects.using(using).filter(
         locked_by__startswith=f"{process.hostname()}:", lock_until__gt=DatabaseUtcNow()
