@@ -2,9 +2,9 @@
 
 The product as users run it: ``runscheduler`` with its defaults (every task locked, history
 on, the default pool), the tasks of ``benchmarks/e2e_project`` (its settings leave
-``SCHEDULING`` alone), and a fresh database for each configuration, migrated first as in a
-deployment. The one option given, ``--shutdown-timeout 10``, bounds the stop after the
-measurement. The databases:
+``SCHEDULING`` at its defaults, unless ``--no-history``), and a fresh database for each
+configuration, migrated first as in a deployment. The one option given,
+``--shutdown-timeout 10``, bounds the stop after the measurement. The databases:
 
 - MariaDB with 3 instances: the server of ``scripts/mariadb-test-server`` (started when
   needed), or the one at ``BENCH_MYSQL_URL`` (its database name is ignored: the benchmark
@@ -1211,8 +1211,7 @@ def write_results(
         "",
         para(
             "**ours**: real `manage.py runscheduler` processes (settings "
-            "`benchmarks.e2e_project.settings`: `SCHEDULING` left at its defaults, so every "
-            "task is locked, history is on and the pool has its default sizes and queue), a "
+            f"`benchmarks.e2e_project.settings`: {settings_line(args)}), a "
             "fresh database per configuration, MariaDB with durable commits "
             "(`innodb_flush_log_at_trx_commit = 1`) over loopback, SQLite a file in WAL mode. "
             "**APScheduler 3**: `BackgroundScheduler`, `ThreadPoolExecutor(10)`, in memory, "
@@ -1276,6 +1275,7 @@ def write_results(
         "machine": info,
         "command": args.command,
         "note": args.note,
+        "history": not args.no_history,
         "rss_baselines": baselines,
         "results": results,
     }
@@ -1306,6 +1306,19 @@ def comma_list(choices: Sequence[str] | None, cast: Callable[[str], Any] = str):
         return values
 
     return parse
+
+
+def settings_line(args: argparse.Namespace) -> str:
+    """What the results' header says of our schedulers' settings."""
+    if args.no_history:
+        return (
+            '`SCHEDULING["HISTORY"] = False` (`--no-history`), the rest at its defaults: every '
+            "task is locked, no history is kept and the pool has its default sizes and queue"
+        )
+    return (
+        "`SCHEDULING` left at its defaults, so every task is locked, history is on and the "
+        "pool has its default sizes and queue"
+    )
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
