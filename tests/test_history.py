@@ -10,6 +10,7 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 from django.test import TestCase, TransactionTestCase, override_settings
+from django.test.utils import CaptureQueriesContext
 
 from django_scheduling.clock import utcnow
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
@@ -52,6 +53,50 @@ class PruneTests(TestCase):
         )
         history.prune(older_than=NOW - timedelta(days=30), using="default")
         self.assertIsNone(ScheduledTask.objects.get(name="job").last_run_id)
+
+    def test_pruning_clears_every_link_to_the_runs_it_deletes(self):
+        lost = run("job", NOW - timedelta(days=40), RunStatus.LOST)
+        recovery = run("job", NOW - timedelta(days=1), recovery_of=lost)
+        ScheduledTask.objects.create(
+            name="job", kind="fixed_rate", trigger="every 1s", last_run=lost, recover_run=lost
+        )
+        self.assertEqual(history.prune(older_than=NOW - timedelta(days=30), using="default"), 1)
+        task = ScheduledTask.objects.get(name="job")
+        self.assertEqual((task.last_run_id, task.recover_run_id), (None, None))
+        recovery.refresh_from_db()
+        self.assertIsNone(recovery.recovery_of_id)
+        # A new link to a run must be cleared by prune() too.
+        links = {
+            (f.related_model.__name__, f.field.name)
+            for f in TaskRun._meta.get_fields(include_hidden=True)
+            if f.is_relation and f.auto_created and not f.concrete
+        }
+        self.assertEqual(
+            links,
+            {
+                ("ScheduledTask", "last_run"),
+                ("ScheduledTask", "recover_run"),
+                ("TaskRun", "recovery_of"),
+            },
+        )
+
+    def test_a_batch_is_pruned_by_id_without_loading_its_runs(self):
+        # Django's delete() loaded every run of a batch whole (its output and traceback
+        # too) to collect what points at it, then deleted 100 at a time: 15 statements a
+        # batch of 1,000. A scheduler with its history on prunes at the rate it runs.
+        for minutes in range(10):
+            run("old", NOW - timedelta(days=40, minutes=minutes))
+        with CaptureQueriesContext(connection) as queries:
+            deleted = history.prune(
+                older_than=NOW - timedelta(days=30), using="default", batch_size=5
+            )
+        self.assertEqual(deleted, 10)
+        self.assertFalse(TaskRun.objects.exists())
+        statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+        # Per batch: the ids, three links cleared, one delete; then the empty batch.
+        self.assertEqual(statements.count("DELETE"), 2)
+        self.assertEqual(statements.count("UPDATE"), 6)
+        self.assertEqual(statements.count("SELECT"), 3)
 
 
 class RecordEndsTests(TestCase):

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import Exists, OuterRef, Q
 
-from ..models import RunStatus, TaskLock, TaskRun
+from ..models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from .sql import (
     DatabaseUtcNow,
     column,
@@ -448,16 +448,33 @@ def mark_lost_runs(*, now: datetime, using: str) -> list[tuple[int, str, int | N
 
 
 def prune(*, older_than: datetime, using: str, batch_size: int = PRUNE_BATCH_SIZE) -> int:
-    """Delete finished runs that started before *older_than*, in batches; return how many."""
+    """Delete finished runs that started before *older_than*, in batches; return how many.
+
+    Each batch, in one transaction: what points at its runs is cleared, as the links'
+    ``SET_NULL`` says (a task's last run and run to recover, a recovery's run), then the runs
+    are deleted by id. ``QuerySet.delete()`` would load every run whole first, to collect
+    what points at it: 20,000 runs took 0.8-1.0 s that way.
+    """
+    conn = connections[using]
+    size = min(batch_size, conn.features.max_query_params or batch_size)
+    table = conn.ops.quote_name(TaskRun._meta.db_table)
+    pk = conn.ops.quote_name(column(TaskRun, "id"))
     total = 0
     manager = TaskRun.objects.using(using)
+    tasks = ScheduledTask.objects.using(using)
     while True:
         batch = list(
             manager.filter(started_at__lt=older_than)
             .exclude(status=RunStatus.RUNNING)
             .order_by("started_at")
-            .values_list("pk", flat=True)[:batch_size]
+            .values_list("pk", flat=True)[:size]
         )
         if not batch:
             return total
-        total += manager.filter(pk__in=batch).delete()[0]
+        with transaction.atomic(using=using), conn.cursor() as cursor:
+            tasks.filter(last_run__in=batch).update(last_run=None)
+            tasks.filter(recover_run__in=batch).update(recover_run=None)
+            manager.filter(recovery_of__in=batch).update(recovery_of=None)
+            ids = ", ".join(["%s"] * len(batch))
+            cursor.execute(f"DELETE FROM {table} WHERE {pk} IN ({ids})", batch)
+            total += cursor.rowcount
