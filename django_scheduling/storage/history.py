@@ -271,7 +271,9 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
         assignments = f"{status_column} = %s, {started} = %s, {finished} = %s, {duration} = %s"
         if backend:
             assignments += f", {backend_column} = %s, {result_column} = %s"
-        each = [
+        # A generator: the driver binds one row at a time, where a list would hold every
+        # row's parameters at once, thousands after a burst.
+        each = (
             [
                 status,
                 adapt(end.started),
@@ -281,7 +283,7 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
                 end.run_id,
             ]
             for end in ends
-        ]
+        )
         with conn.cursor() as cursor:
             cursor.executemany(f"UPDATE {q(meta.db_table)} SET {assignments} WHERE {pk} = %s", each)
         return
