@@ -473,10 +473,11 @@ def prune(*, older_than: datetime, using: str, batch_size: int = PRUNE_BATCH_SIZ
         )
         if not batch:
             return total
-        with transaction.atomic(using=using), conn.cursor() as cursor:
+        with transaction.atomic(using=using):
             tasks.filter(last_run__in=batch).update(last_run=None)
             tasks.filter(recover_run__in=batch).update(recover_run=None)
             manager.filter(recovery_of__in=batch).update(recovery_of=None)
             ids = ", ".join(["%s"] * len(batch))
-            cursor.execute(f"DELETE FROM {table} WHERE {pk} IN ({ids})", batch)
-            total += cursor.rowcount
+            with conn.cursor() as cursor:
+                cursor.execute(f"DELETE FROM {table} WHERE {pk} IN ({ids})", batch)
+                total += cursor.rowcount
