@@ -26,7 +26,13 @@ from django.utils import timezone, translation
 
 from django_scheduling import signals
 from django_scheduling.conf import get_settings
-from django_scheduling.locking import DatabaseLockProvider, LockConfiguration, LockError
+from django_scheduling.locking import (
+    BaseLockProvider,
+    DatabaseLockProvider,
+    Lock,
+    LockConfiguration,
+    LockError,
+)
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.observability.events import run_events
 from django_scheduling.runtime import delay_queue
@@ -174,14 +180,13 @@ class BatchTests(Instances):
         a = self.instance("a")
         entries = a.entries(definitions)
         outcomes = a.batch(entries, T0)
-        held = outcomes[0].take_lock()
         # The lock of job000 expired and another instance took it: the keep-alive's next
-        # extension finds it lost.
+        # extension of the batch's locks finds it lost.
         TaskLock.objects.filter(name="job000").update(
             locked_by="b", locked_at=datetime.now(UTC) + timedelta(seconds=1)
         )
-        held.extend()
-        self.assertTrue(held.lost)
+        outcomes[0].locks.extend()
+        self.assertEqual([run.lost for run in outcomes], [True, False])
         self.assertEqual(a.run_calls(entries, outcomes), 2)
         self.assertEqual([c.count for c in counters], [1, 1])
         runs = TaskRun.objects.order_by("task_name")
@@ -767,8 +772,8 @@ class BatchTests(Instances):
         provider = a.runner.provider
         real = provider.unlock_many
 
-        def deadlocks_in_a_transaction(locks, *, joined=False):
-            lost = real(locks, joined=joined)
+        def deadlocks_in_a_transaction(locks, *, joined=False, **names):
+            lost = real(locks, joined=joined, **names)
             if joined:  # the statement ran; the database then rolls the transaction back
                 deadlock = OperationalError(1213, "Deadlock found when trying to get lock")
                 raise LockError("Could not release 4 locks") from deadlock
@@ -968,6 +973,59 @@ class BatchLockTests(TransactionTestCase):
             self.assertEqual(self.provider.unlock_many(locks, joined=True), set())
         self.assertFalse(any(lock.valid for lock in locks))
         self.assertLessEqual(TaskLock.objects.get(name="a1").lock_until, datetime.now(UTC))
+
+    def test_locks_released_by_name_through_their_batch_handle(self):
+        # A batch keeps one handle for the locks it took together; each lock is released by
+        # its name through it, with handles of another acquisition in the same call.
+        locks = self._two_acquisitions()
+        a1 = next(lock for lock in locks if lock.config.name == "a1")
+        b_handles = [lock for lock in locks if lock.config.name.startswith("b")]
+        # b1 expired and another instance took it.
+        TaskLock.objects.filter(name="b1").update(
+            locked_by="b", locked_at=datetime.now(UTC) + timedelta(seconds=1)
+        )
+
+        class Rollback(Exception):
+            pass
+
+        with self.assertRaises(Rollback), transaction.atomic():
+            lost = self.provider.unlock_many(b_handles, joined=True, by_name={a1: ["a1", "a2"]})
+            self.assertEqual(lost, {"b1"})
+            raise Rollback
+        self.assertGreater(TaskLock.objects.get(name="a2").lock_until, datetime.now(UTC))
+        with transaction.atomic():
+            lost = self.provider.unlock_many(b_handles, joined=True, by_name={a1: ["a1", "a2"]})
+        self.assertEqual(lost, {"b1"})
+        now = datetime.now(UTC)
+        for name in ("a1", "a2"):
+            self.assertLessEqual(TaskLock.objects.get(name=name).lock_until, now)
+        self.assertEqual(TaskLock.objects.get(name="b1").locked_by, "b")
+        self.assertGreater(TaskLock.objects.get(name="b1").lock_until, now)
+        # The released handles are spent; the batch's handle is not: it is only a template.
+        self.assertFalse(any(lock.valid for lock in b_handles))
+        self.assertTrue(a1.valid)
+
+    def test_a_provider_without_batches_releases_names_one_handle_at_a_time(self):
+        released = []
+
+        class Shared(Lock):
+            __slots__ = ()
+
+            def _shared(self):
+                return "one acquisition"
+
+            def _named(self, name):
+                config = self.config._renamed(name)
+                return Shared(config, locked_at=self.locked_at, lock_until=self.lock_until)
+
+            def _unlock(self):
+                released.append(self.config.name)
+                return self.config.name != "taken"  # another holder has it now
+
+        handle = Shared(LockConfiguration("x", "1m"), locked_at=self.now, lock_until=self.now)
+        lost = BaseLockProvider().unlock_many([], by_name={handle: ["x", "taken"]})
+        self.assertEqual((lost, released), ({"taken"}, ["x", "taken"]))
+        self.assertTrue(handle.valid)  # a template: each name had a handle of its own
 
     def test_lock_at_least_for_holds_a_released_lock_until_it_has_passed(self):
         config = LockConfiguration("x", "1m", "30s")

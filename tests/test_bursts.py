@@ -262,10 +262,10 @@ class UnderwayTests(SimpleTestCase):
         self.assertEqual(self.underway.take(["a", "b"]), ([], []))
 
     def test_the_runs_being_called_are_read_as_a_copy(self):
-        first = _Running(run_id=1, held=None)
+        first = _Running(run_id=1, run=None)
         self.underway.begin("a", first)
         seen = self.underway.running()
-        self.underway.begin("b", _Running(run_id=2, held=None))
+        self.underway.begin("b", _Running(run_id=2, run=None))
         self.underway.end("a")
         self.assertEqual(seen, {"a": first})  # what was running when it was read
         self.assertEqual(list(self.underway.running()), ["b"])

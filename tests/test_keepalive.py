@@ -9,7 +9,7 @@ import pytest
 from django.test import SimpleTestCase
 
 from django_scheduling.locking import LockConfiguration
-from django_scheduling.runtime.keepalive import KeepAlive, KeptAliveLock, WaitingLocks
+from django_scheduling.runtime.keepalive import BatchLocks, KeepAlive
 
 DEADLINE = 10
 
@@ -130,65 +130,79 @@ class KeepAliveTests(KeeperTestCase):
         self.assertEqual(most, timedelta(milliseconds=400))
 
 
-class WaitingLocksTests(KeeperTestCase):
-    """The locks of firings claimed together, before their runs start: one keep-alive record."""
+class BatchLocksTests(KeeperTestCase):
+    """The locks of firings claimed together, while their runs wait and run: one keep-alive
+    record."""
 
-    def locks(self, count, most="1h", least=0):
+    def locks(self, count, most="1h", least=0, **options):
         return [
-            FakeLock(LockConfiguration(f"job{i}", most, least), self.calls) for i in range(count)
+            FakeLock(LockConfiguration(f"job{i}", most, least), self.calls, **options)
+            for i in range(count)
         ]
 
-    def test_waiting_locks_are_one_record_until_each_run_starts(self):
+    def test_a_batch_is_one_record_until_each_run_ends(self):
         locks = self.locks(3)
-        waiting = WaitingLocks(locks, self.keeper)
+        batch = BatchLocks(locks, self.keeper)
         self.assertEqual(len(self.keeper), 1)
-        first = waiting.start(0)
-        self.assertIsInstance(first, KeptAliveLock)
-        self.assertIs(first.lock, locks[0])
-        self.assertEqual(first.name, "job0")
-        self.assertIs(waiting.start(0), first)  # asked again: the same record
-        self.assertEqual(len(self.keeper), 2)  # the batch's record and the started run's
-        second, third = waiting.start(1), waiting.start(2)
-        self.assertEqual(len(self.keeper), 3)  # the batch's record is gone with its last start
-        for held in (first, second, third):
-            self.assertTrue(held.release())
-        self.assertEqual(len(self.keeper), 0)
-        self.assertEqual(self.calls.extends(), [])
-        self.assertEqual([c[1] for c in self.calls], locks)  # each unlocked, once
+        self.assertEqual(batch.detach(1), (locks[1], None, False))
+        self.assertEqual(len(self.keeper), 1)  # the others still run
+        self.assertEqual(batch.detach(1), (None, None, False))  # detached once only
+        self.assertEqual(batch.detach(0), (locks[0], None, False))
+        self.assertEqual(batch.detach(2), (locks[2], None, False))
+        self.assertEqual(len(self.keeper), 0)  # gone with the last lock
+        self.assertEqual(self.calls, [])  # nothing extended, nothing unlocked here
 
-    def test_locks_waiting_longer_than_half_their_time_are_extended(self):
+    def test_locks_held_longer_than_half_their_time_are_each_extended(self):
         locks = self.locks(3, most="400ms")
-        waiting = WaitingLocks(locks, self.keeper)
-        started = waiting.start(1)  # one run started at once; the others wait
-        self.calls.wait_for_extends(3)
-        later = [waiting.start(0), waiting.start(2)]
+        batch = BatchLocks(locks, self.keeper)
+        first = batch.detach(1)[0]  # one run ended at once
+        self.calls.wait_for_extends(2)
         extended = {c[1] for c in self.calls.extends()}
-        self.assertTrue(set(locks) <= extended)  # each extended, the started one on its own
-        for held in later:
-            # The run that starts afterwards holds the newest handle.
-            self.assertIn(held.lock, self.calls.returned)
-        for held in [started, *later]:
-            self.assertTrue(held.release())
+        self.assertEqual(extended & set(locks), {locks[0], locks[2]})
+        self.assertNotIn(first, extended)  # detached before: its caller releases it
+        later = [batch.detach(0), batch.detach(2)]
+        for handle, shared, lost in later:
+            # The run that ends afterwards holds the newest handle.
+            self.assertIn(handle, self.calls.returned)
+            self.assertEqual((shared, lost), (None, False))
         self.assertEqual(len(self.keeper), 0)
+
+    def test_a_lock_an_extension_finds_lost_is_not_released(self):
+        locks = self.locks(2, most="400ms", refuse_after=0)
+        batch = BatchLocks(locks, self.keeper)
+        self.calls.wait_for_extends(2)
+        deadline = time.monotonic() + DEADLINE
+        while not (batch.lost(0) and batch.lost(1)) and time.monotonic() < deadline:
+            self.calls.event.wait(0.01)
+        self.assertTrue(batch.lost(0))
+        self.assertEqual(batch.detach(0), (None, None, True))
+        self.assertFalse(batch.release(1))  # told that its lock was lost
+        self.assertEqual([c for c in self.calls if c[0] == "unlock"], [])
+
+    def test_release_unlocks_at_once(self):
+        locks = self.locks(2)
+        batch = BatchLocks(locks, self.keeper)
+        self.assertTrue(batch.release(0))
+        self.assertEqual([c[1] for c in self.calls if c[0] == "unlock"], [locks[0]])
+        self.assertEqual(batch.detach(0), (None, None, False))  # released already
+        self.assertEqual(len(self.keeper), 1)  # the batch's record, for the other lock
 
     def test_lock_at_least_for_counts_from_the_claim_not_the_start(self):
         # Taken 200 ms ago with lock_at_least_for 300 ms: when the extension comes (due after
         # 200 ms, half of lock_at_most_for), nothing of it remains.
         locks = self.locks(1, most="400ms", least="300ms")
         since = datetime.now(UTC) - timedelta(milliseconds=200)
-        waiting = WaitingLocks(locks, self.keeper, since=since)
+        batch = BatchLocks(locks, self.keeper, since=since)
         self.calls.wait_for_extends(1)
-        waiting.start(0).release()
+        batch.release(0)
         _, _, most, least = self.calls.extends()[0]
         self.assertEqual(least, timedelta(0))
         self.assertEqual(most, timedelta(milliseconds=400))
 
-    def test_without_a_keep_alive_thread_each_start_still_gets_its_lock(self):
+    def test_without_a_keep_alive_thread_each_run_still_gets_its_lock(self):
         locks = self.locks(2)
-        waiting = WaitingLocks(locks, None)
-        held = [waiting.start(0), waiting.start(1)]
-        self.assertEqual([h.lock for h in held], locks)
-        self.assertTrue(all(h.release() for h in held))
+        batch = BatchLocks(locks, None)
+        self.assertEqual([batch.detach(0)[0], batch.detach(1)[0]], locks)
 
 
 class QueryingLock(FakeLock):

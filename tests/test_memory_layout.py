@@ -199,21 +199,21 @@ class BatchTests(Instances):
         self.assertIsNone(specs[0].state.last_fire_time)
 
     def handed_ends(self, instance):
-        """Note each end handed to *instance*'s writer, with the keep-alive record its run
-        still held then."""
+        """Note each end handed to *instance*'s writer, with the lock handles alive then."""
         handed: list = []
         add = instance.writer.add
 
-        def watched(finished):
-            handed.append((finished, finished.done.held))
-            add(finished)
+        def watched(ending):
+            handed.append((ending, len(lock_handles())))
+            add(ending)
 
         instance.writer.add = watched
         return handed
 
     def test_a_claimed_run_is_one_object_from_its_claim_to_the_record_of_its_end(self):
         # A burst keeps every claimed firing in memory at once, and then every end the writer
-        # has not written yet: a closure and its cells per run made each several times larger.
+        # has not written yet: a closure and its cells per run, or an object per end, made
+        # each several times larger.
         definitions, counters = self.tasks(5)
         a = self.instance("a")
         entries = a.entries(definitions)
@@ -221,46 +221,42 @@ class BatchTests(Instances):
         handed = self.handed_ends(a)
         self.assertEqual(a.run_calls(entries, outcomes), 5)
         self.assertEqual([c.count for c in counters], [1] * 5)
-        self.assertEqual(len(handed), 5)
-        # The writer calls the run back itself once its end is recorded.
-        self.assertEqual({id(f.done) for f, _ in handed}, {id(o) for o in outcomes})
-        # Nor does an end wait for the writer with its keep-alive record (and that record's
-        # mutex): only with the lock the writer releases.
-        for finished, held in handed:
-            self.assertIsNone(held)
-            self.assertIsInstance(finished.lock, DatabaseLock)
+        # The writer takes the run itself, and calls it back once its end is recorded.
+        self.assertEqual([id(ending) for ending, _ in handed], [id(o) for o in outcomes])
         self.assertEqual(TaskRun.objects.filter(lock_lost=True).count(), 0)
         self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
 
-    def test_a_batch_claimed_ahead_keeps_one_lock_handle_not_one_per_firing(self):
-        # A burst of 10,000 claimed ahead held 10,000 handles and configurations (about 140
-        # bytes each) until each run started; the batch keeps their names, and a run makes its
-        # own handle when it starts.
+    def test_a_batch_keeps_one_lock_handle_not_one_per_firing(self):
+        # A burst of 10,000 held 10,000 handles, configurations and keep-alive records (about
+        # 300 bytes each) from the start of each run to the record of its end; the batch keeps
+        # their names, and the writer releases each lock by its name through the one handle.
         definitions, counters = self.tasks(5)
         a = self.instance("a")
         entries = a.entries(definitions)
-
-        def handles():
-            gc.collect()
-            return [o for o in gc.get_objects() if type(o) is DatabaseLock]
-
-        before = len(handles())
+        before = len(lock_handles())
         outcomes = a.batch(entries, T0)
-        self.assertEqual(len({id(run.waiting) for run in outcomes}), 1)
-        self.assertEqual(len(handles()), before + 1)
-        held = [run.take_lock() for run in outcomes]
-        self.assertEqual([h.lock.config.name for h in held], [d.name for d in definitions])
+        self.assertEqual(len({id(run.locks) for run in outcomes}), 1)
+        self.assertEqual(len(lock_handles()), before + 1)
         rows = {row.name: row for row in TaskLock.objects.all()}
-        for h in held:
-            self.assertEqual(h.lock.locked_at, rows[h.name].locked_at)
-            self.assertEqual(h.lock.lock_until, rows[h.name].lock_until)
-            self.assertEqual(h.lock.owner, "a")
+        for run in outcomes:
+            self.assertEqual(run.locked_at, rows[run.name].locked_at)
+        handed = self.handed_ends(a)
         self.assertEqual(a.run_calls(entries, outcomes), 5)
         self.assertEqual([c.count for c in counters], [1] * 5)
-        # Each run released its lock with the handle it made (none found lost).
+        for ending, handles in handed:
+            self.assertEqual(handles, before + 1)  # none made for a run, nor for its end
+            self.assertIsNone(ending.lock)
+            self.assertIs(ending.batch_lock, handed[0][0].batch_lock)
+            self.assertEqual(ending.batch_lock.owner, "a")
+        # Each lock was released by its name (none found lost).
         self.assertEqual(TaskRun.objects.filter(lock_lost=True).count(), 0)
         for row in TaskLock.objects.all():
             self.assertLess(row.lock_until, rows[row.name].lock_until)
+
+
+def lock_handles():
+    gc.collect()
+    return [o for o in gc.get_objects() if type(o) is DatabaseLock]
 
 
 # -- locks held together ---------------------------------------------------------------------

@@ -13,7 +13,7 @@ batch take effect with the claims of their fire times or not at all, says so wit
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import ClassVar, Protocol, runtime_checkable
@@ -237,6 +237,16 @@ class BaseLockProvider:
                 taken[config.name] = lock
         return taken
 
-    def unlock_many(self, locks: list[Lock], *, joined: bool = False) -> set[str]:
-        """Release *locks*; return the names of those no longer held by their handle."""
+    def unlock_many(
+        self,
+        locks: list[Lock],
+        *,
+        joined: bool = False,
+        by_name: Mapping[Lock, list[str]] | None = None,
+    ) -> set[str]:
+        """Release *locks*, and the locks *by_name* names under the handle each was taken
+        with (handles that share all but their name, see ``Lock._shared()``: a batch keeps
+        one); return the names of those no longer held by their handle."""
+        if by_name:
+            locks = [*locks, *(h._named(n) for h, names in by_name.items() for n in names)]
         return {lock.config.name for lock in locks if lock.unlock() is False}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -209,36 +209,48 @@ def _joined_sql(provider: DatabaseLockProvider, name: str, owner: str) -> LockSq
 
 
 def unlock_many(
-    provider: DatabaseLockProvider, locks: list[Lock], *, joined: bool = False
+    provider: DatabaseLockProvider,
+    locks: list[Lock],
+    *,
+    joined: bool = False,
+    by_name: Mapping[Lock, list[str]] | None = None,
 ) -> set[str]:
-    """Release *locks* (handles of this provider), each not before its
-    ``lock_at_least_for``, in one statement per acquisition time; return the names of
-    those that were no longer held by their handle (see ``Lock.unlock``).
+    """Release *locks* (handles of this provider), and the locks *by_name* names under the
+    handle each was taken with, each not before its ``lock_at_least_for``, in one statement
+    per acquisition time; return the names of those that were no longer held by their
+    handle (see ``Lock.unlock``).
 
-    Raise ``LockError`` if the database fails; the handles then stay usable.
+    A lock released by its name leaves the handle it was taken with as it is: the other
+    locks of its batch are released through it too. Raise ``LockError`` if the database
+    fails; the handles then stay usable.
     """
     # The handles of this provider (a handle of another provider is not released here).
     mine: list[Any] = [lock for lock in locks if getattr(lock, "_provider", None) is provider]
     for lock in mine:
         lock._check_valid()
-    lost: set[str] = set()
-    groups: dict[tuple[str, datetime, datetime], list[Any]] = {}
+    # By acquisition: the names, and the handles to spend once they are released.
+    groups: dict[tuple[str, datetime, datetime], tuple[list[str], list[Any]]] = {}
     for lock in mine:
-        groups.setdefault((lock.owner, lock.locked_at, lock._least_until), []).append(lock)
+        group = groups.setdefault((lock.owner, lock.locked_at, lock._least_until), ([], []))
+        group[0].append(lock.config.name)
+        group[1].append(lock)
+    for handle, names in (by_name or {}).items():
+        if getattr(handle, "_provider", None) is provider:
+            key = (handle.owner, handle.locked_at, handle._least_until)  # type: ignore[attr-defined]
+            groups.setdefault(key, ([], []))[0].extend(names)
+    if not groups:
+        return set()
+    lost: set[str] = set()
+    (first_owner, _, _), (first_names, _) = next(iter(groups.items()))
     try:
-        sql = None
-        if mine:
-            name, owner = mine[0].config.name, mine[0].owner
-            sql = (
-                _joined_sql(provider, name, owner)
-                if joined
-                else LockSql(provider._connection(name, owner))
-            )
-        if sql is not None and len(groups) > 1:
-            _lock_in_order(provider, sql, [lock.config.name for lock in mine])
-        for (owner, locked_at, least_until), group in groups.items():
-            assert sql is not None
-            names = [lock.config.name for lock in group]
+        sql = (
+            _joined_sql(provider, first_names[0], first_owner)
+            if joined
+            else LockSql(provider._connection(first_names[0], first_owner))
+        )
+        if len(groups) > 1:
+            _lock_in_order(provider, sql, [n for names, _ in groups.values() for n in names])
+        for (owner, locked_at, least_until), (names, handles) in groups.items():
             value, value_params = sql.later_of_now_and(least_until)
             at = sql.value(locked_at)
             condition = f"{sql.by} = %s AND {sql.at} = %s"
@@ -247,14 +259,15 @@ def unlock_many(
             count = provider._execute(sql, statement, [*value_params, *params])
             if count != len(names):
                 lost |= set(names) - _mine(provider, sql, names, owner, at)
-            if joined:
+            if joined and handles:
                 # Spent once the caller's transaction commits; after a rollback the
                 # handles can still release their locks.
-                transaction.on_commit(functools.partial(spend, group), using=sql.conn.alias)
+                transaction.on_commit(functools.partial(spend, handles), using=sql.conn.alias)
             else:
-                spend(group)
+                spend(handles)
     except DatabaseError as exc:
-        raise provider._error("release", f"{len(mine)} locks", exc) from exc
+        count = sum(len(names) for names, _ in groups.values())
+        raise provider._error("release", f"{count} locks", exc) from exc
     for name in sorted(lost):
         logger.warning(
             "Lock %r was no longer held by this instance when it was released: it expired "

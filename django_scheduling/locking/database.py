@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -144,10 +144,17 @@ class DatabaseLockProvider(BaseLockProvider):
         number, and return the locks taken, by name (see ``batches.lock_many``)."""
         return batches.lock_many(self, configs, now=now, absent=absent, joined=joined)
 
-    def unlock_many(self, locks: list[Lock], *, joined: bool = False) -> set[str]:
-        """Release *locks* in one statement per acquisition time; return the names of those
-        no longer held by their handle (see ``batches.unlock_many``)."""
-        return batches.unlock_many(self, locks, joined=joined)
+    def unlock_many(
+        self,
+        locks: list[Lock],
+        *,
+        joined: bool = False,
+        by_name: Mapping[Lock, list[str]] | None = None,
+    ) -> set[str]:
+        """Release *locks*, and those *by_name* names, in one statement per acquisition
+        time; return the names of those no longer held by their handle (see
+        ``batches.unlock_many``)."""
+        return batches.unlock_many(self, locks, joined=joined, by_name=by_name)
 
     def _upsert(
         self, sql: LockSql, config: LockConfiguration, owner: str

@@ -19,7 +19,7 @@ from django.db import close_old_connections, connections
 from ..clock import utcnow
 from ..locking import Lock, LockError
 
-__all__ = ["KeepAlive", "KeptAliveLock", "WaitingLocks", "KEEP_ALIVE_MINIMUM"]
+__all__ = ["BatchLocks", "KeepAlive", "KeptAliveLock", "KEEP_ALIVE_MINIMUM"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,19 +133,21 @@ def _next_due(interval: float, keeper: KeepAlive | None) -> float:
     return due
 
 
-class WaitingLocks:
-    """The locks of firings claimed together whose runs have not started yet: a burst claimed
-    ahead of its instant, or runs queued behind others. One keep-alive record for all of them,
-    instead of a ``KeptAliveLock`` each, while they wait.
+class BatchLocks:
+    """The locks of firings claimed together, kept alive by one record until each run ends
+    (a burst claimed ahead of its instant, or runs queued behind others), instead of a
+    ``KeptAliveLock`` each.
 
-    ``start(index)`` gives the lock at *index* its own ``KeptAliveLock`` when its run starts.
-    If the locks come due for an extension first (a wait longer than half of
-    ``lock_at_most_for``), each one still waiting gets its own at once, extended then.
+    ``detach(index)`` takes the lock at *index* out when its run ends, for the caller to
+    release. If the locks come due for an extension first (a run, or a wait, longer than half
+    of ``lock_at_most_for``), each one still in the batch gets its own ``KeptAliveLock`` at
+    once, extended then.
 
     Handles that share all but their lock's name (see ``Lock._shared()``: the database
-    provider's, taken in one statement) are kept as one handle and each lock's name, and the
-    run's own handle is made when it starts: a burst of 10,000 firings claimed ahead holds
-    10,000 names, not 10,000 handles and configurations (about 140 bytes each).
+    provider's, taken in one statement) are kept as one handle and each lock's name, and such
+    a lock is released by its name through that handle: a burst of 10,000 firings holds
+    10,000 names, not 10,000 handles, configurations and keep-alive records with their
+    mutexes (about 300 bytes each).
     """
 
     __slots__ = (
@@ -163,9 +165,10 @@ class WaitingLocks:
     def __init__(
         self, locks: list[Lock], keeper: KeepAlive | None, since: datetime | None = None
     ) -> None:
-        #: Each lock: its own handle, its name (its handle is made from ``_shared``, at the
-        #: index in ``_groups``), or its ``KeptAliveLock`` once its run started.
-        self._locks: list[Lock | str | KeptAliveLock] = []
+        #: Each lock: its own handle, or its name (its handle is ``_shared`` at the index in
+        #: ``_groups``), while this record keeps it alive; its ``KeptAliveLock`` once it is
+        #: kept alive on its own; ``None`` once detached.
+        self._locks: list[Lock | str | KeptAliveLock | None] = []
         self._groups: list[int] = []
         self._shared: list[Lock] = []
         keys: dict[Any, int] = {}
@@ -179,7 +182,7 @@ class WaitingLocks:
                     self._shared.append(lock)
             self._locks.append(lock if group < 0 else lock.config.name)
             self._groups.append(group)
-        self._left = len(locks)  # not started yet
+        self._left = len(locks)  # kept alive by this record
         self._keeper = keeper
         self._mutex = threading.Lock()
         # When they were taken, on this host's clock: lock_at_least_for counts from then.
@@ -189,46 +192,81 @@ class WaitingLocks:
         if keeper is not None and locks:
             keeper._add(self)
 
-    def start(self, index: int) -> KeptAliveLock:
-        """Return the lock at *index*, kept alive on its own from now on (the same object if
-        asked again)."""
+    def locked_at(self, index: int) -> datetime | None:
+        """Return when the lock at *index* was taken, or last extended (``None``: detached,
+        or found lost)."""
+        lock = self._locks[index]
+        if isinstance(lock, KeptAliveLock):
+            lock = lock.lock
+        elif isinstance(lock, str):
+            lock = self._shared[self._groups[index]]
+        return lock.locked_at if lock is not None else None
+
+    def lost(self, index: int) -> bool:
+        """Return whether an extension found the lock at *index* lost: it expired, or another
+        instance took it over."""
+        lock = self._locks[index]
+        return isinstance(lock, KeptAliveLock) and lock.lost
+
+    def detach(self, index: int) -> tuple[Lock | None, Lock | None, bool]:
+        """Stop keeping the lock at *index* alive and return it for the caller to release:
+        ``(handle, None, lost)``, or ``(None, shared, lost)`` for a lock to release by its
+        name through the handle *shared*. There is none to release when an extension found
+        it *lost*, or it was detached already."""
         with self._mutex:
             lock = self._locks[index]
-            if isinstance(lock, KeptAliveLock):
-                return lock
-            held = self._locks[index] = self._keep(index)
-            self._left -= 1
-            if not self._left and self._keeper is not None:
-                self._keeper._remove(self)
-        return held
+            self._locks[index] = None
+            if lock is not None and not isinstance(lock, KeptAliveLock):
+                self._gone()
+        if isinstance(lock, KeptAliveLock):
+            return lock.detach(), None, lock.lost
+        if isinstance(lock, str):
+            return None, self._shared[self._groups[index]], False
+        return lock, None, False
+
+    def release(self, index: int) -> bool:
+        """Release the lock at *index* now; return False when it was no longer this run's."""
+        with self._mutex:
+            held = self._own(index)
+        return held.release() if held is not None else True
 
     def extend(self) -> None:
-        """Give each lock still waiting its own ``KeptAliveLock``, and extend it now."""
+        """Give each lock still kept by this record its own ``KeptAliveLock``, and extend it
+        now."""
         kept = []
         with self._mutex:
             for index, lock in enumerate(self._locks):
-                if not isinstance(lock, KeptAliveLock):
-                    self._locks[index] = held = self._keep(index)
-                    kept.append(held)
-            self._left = 0
-            if self._keeper is not None:
-                self._keeper._remove(self)
+                if lock is not None and not isinstance(lock, KeptAliveLock):
+                    kept.append(self._own(index))
         for held in kept:
-            held.extend()
+            if held is not None:
+                held.extend()
 
-    def _keep(self, index: int) -> KeptAliveLock:
+    def _own(self, index: int) -> KeptAliveLock | None:
+        """Give the lock at *index* its own ``KeptAliveLock`` (with the mutex held)."""
         lock = self._locks[index]
+        if lock is None or isinstance(lock, KeptAliveLock):
+            return lock
         if isinstance(lock, str):
             lock = self._shared[self._groups[index]]._named(lock)
-        assert not isinstance(lock, KeptAliveLock)
-        return KeptAliveLock(lock, lock.config.name, self._keeper, since=self._since)
+        held = self._locks[index] = KeptAliveLock(
+            lock, lock.config.name, self._keeper, since=self._since
+        )
+        self._gone()
+        return held
+
+    def _gone(self) -> None:
+        """One lock fewer kept alive by this record (with the mutex held)."""
+        self._left -= 1
+        if not self._left and self._keeper is not None:
+            self._keeper._remove(self)
 
 
 class KeepAlive:
     """A thread that extends the locks of running tasks when they are due, and nothing else."""
 
     def __init__(self, name: str = "scheduling-keepalive") -> None:
-        self._held: set[KeptAliveLock | WaitingLocks] = set()
+        self._held: set[KeptAliveLock | BatchLocks] = set()
         self._cond = threading.Condition()
         self._stopped = False
         self._wake_at: float | None = None  # when the thread wakes next (None: when told)
@@ -258,7 +296,7 @@ class KeepAlive:
         with self._cond:
             return len(self._held)
 
-    def _add(self, held: KeptAliveLock | WaitingLocks) -> None:
+    def _add(self, held: KeptAliveLock | BatchLocks) -> None:
         with self._cond:
             self._held.add(held)
             # Wake the thread only when this lock is due before it would wake anyway: a burst
@@ -267,7 +305,7 @@ class KeepAlive:
                 self._wake_at = held.due
                 self._cond.notify()
 
-    def _remove(self, held: KeptAliveLock | WaitingLocks) -> None:
+    def _remove(self, held: KeptAliveLock | BatchLocks) -> None:
         with self._cond:
             self._held.discard(held)
             if not self._held:

@@ -22,6 +22,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from django.db import DatabaseError, connections, transaction
 
@@ -32,7 +33,7 @@ from ..storage.connections import KeptConnection
 from ..storage.errors import is_conflict
 from .outbox import Outbox
 
-__all__ = ["EndWriter", "Finished"]
+__all__ = ["EndWriter", "Ending", "Finished"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,18 +43,45 @@ GATHER_FOR = 0.005
 GATHER_UP_TO = 500
 
 
+class Ending(Protocol):
+    """A run that ended, as the writer takes it: its history end (``None`` with the history
+    off), the write of its task row if it needs one, and its lock (none when it was lost
+    while it ran, or it had none): its own handle (``lock``), or the handle it was taken
+    with, to release it by its name (``batch_lock``, see ``BatchLocks``). ``written(lost)``
+    is called once all that is written, *lost* telling whether the release found the lock
+    taken by another holder."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def end(self) -> history.Ended | None: ...
+
+    @property
+    def row_write(self) -> Callable[[], None] | None: ...
+
+    @property
+    def lock(self) -> Lock | None: ...
+
+    @property
+    def batch_lock(self) -> Lock | None: ...
+
+    def written(self, lost: bool) -> None: ...
+
+
 @dataclass(slots=True)
 class Finished:
-    """A run that ended: its history end (``None`` with the history off), the write of its
-    task row if it needs one, its lock (``None`` when it was lost while it ran, or it had
-    none), and what to do once all that is written: ``done(lost)``, *lost* telling whether
-    the release found the lock taken by another holder."""
+    """An ``Ending`` that calls ``done(lost)`` once it is written."""
 
     name: str
     end: history.Ended | None
     row_write: Callable[[], None] | None
     lock: Lock | None
     done: Callable[[bool], None]
+    batch_lock: Lock | None = None
+
+    def written(self, lost: bool) -> None:
+        self.done(lost)
 
 
 class EndWriter:
@@ -67,7 +95,7 @@ class EndWriter:
         self.outbox = outbox
         self.name = name
         self._connection = KeptConnection(using)
-        self._items: list[Finished] = []
+        self._items: list[Ending] = []
         self._cond = threading.Condition()
         self._busy = False
         self._stopped = False
@@ -88,7 +116,7 @@ class EndWriter:
         """Whether the writer thread runs."""
         return self._thread is not None and self._thread.is_alive()
 
-    def add(self, item: Finished) -> None:
+    def add(self, item: Ending) -> None:
         with self._cond:
             inline = self._exited
             if not inline:
@@ -148,7 +176,7 @@ class EndWriter:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _write(self, items: list[Finished]) -> None:
+    def _write(self, items: list[Ending]) -> None:
         lost: set[str] | None = None
         try:
             with self._connection.use():
@@ -157,12 +185,16 @@ class EndWriter:
             # Whatever failed above, each run is finished here: its task is scheduled again.
             self._finish(items, lost or set())
 
-    def _write_all(self, items: list[Finished]) -> set[str]:
+    def _write_all(self, items: list[Ending]) -> set[str]:
         ends = [item.end for item in items if item.end is not None]
         locks = [item.lock for item in items if item.lock is not None]
+        by_name: dict[Lock, list[str]] = {}
+        for item in items:
+            if item.batch_lock is not None:
+                by_name.setdefault(item.batch_lock, []).append(item.name)
         rows = [item.row_write for item in items if item.row_write is not None]
         for _ in range(2):  # once more after a deadlock with another instance
-            together = self._write_together(ends, rows, locks)
+            together = self._write_together(ends, rows, locks, by_name)
             if together is not None:
                 return together
         # One by one, so that each write that fails waits on its own.
@@ -170,29 +202,34 @@ class EndWriter:
         for item in items:
             if item.row_write is not None:
                 self._keep_trying(f"the end of {item.name}'s run in its row", item.row_write)
-        return self.release(locks)
+        return self.release(locks, by_name)
 
-    def _finish(self, items: list[Finished], lost: set[str]) -> None:
+    def _finish(self, items: list[Ending], lost: set[str]) -> None:
         for item in items:
             try:
-                item.done(item.name in lost)
+                item.written(item.name in lost)
             except BaseException:
                 logger.exception("Finishing the run of %s failed", item.name)
 
     def _write_together(
-        self, ends: list[history.Ended], rows: list[Callable[[], None]], locks: list[Lock]
+        self,
+        ends: list[history.Ended],
+        rows: list[Callable[[], None]],
+        locks: list[Lock],
+        by_name: dict[Lock, list[str]],
     ) -> set[str] | None:
-        """Record *ends*, make the row writes *rows* and release *locks* in one commit (the
-        locks after it, for a provider that cannot release them in it); return the names of
-        the locks found lost, or ``None`` if it failed (nothing was written)."""
+        """Record *ends*, make the row writes *rows* and release *locks* (and those of
+        *by_name*) in one commit (the locks after it, for a provider that cannot release them
+        in it); return the names of the locks found lost, or ``None`` if it failed (nothing
+        was written)."""
         joined = self.provider.supports_batches
         try:
             with transaction.atomic(using=self.using):
                 # The lock rows first, as a batch's claims take them: transactions that take
                 # the same rows in the same order deadlock less.
                 lost = set()
-                if locks and joined:
-                    lost = set(self.provider.unlock_many(locks, joined=True))
+                if (locks or by_name) and joined:
+                    lost = self._unlock(locks, by_name, joined=True)
                 if ends:
                     history.record_ends(using=self.using, ends=ends)
                 for write in rows:
@@ -202,7 +239,7 @@ class EndWriter:
             level = logging.INFO if is_conflict(exc) else logging.WARNING
             logger.log(level, "Recording %d run end(s) in one commit failed: %s", len(ends), exc)
             return None
-        return lost if joined else self.release(locks)
+        return lost if joined else self.release(locks, by_name)
 
     def _write_ends(self, ends: list[history.Ended]) -> None:
         if not ends:
@@ -229,18 +266,28 @@ class EndWriter:
             logger.error("Could not record %s yet (%s); trying again later", what, exc)
             self.outbox.add(what, write)
 
-    def release(self, locks: list[Lock]) -> set[str]:
-        """Release *locks* now, on the caller's thread; return the names of those found lost.
-        A database error keeps the releases in the outbox."""
-        if not locks:
+    def _unlock(
+        self, locks: list[Lock], by_name: dict[Lock, list[str]], *, joined: bool = False
+    ) -> set[str]:
+        if by_name:  # only handles that share all but their name come here (Lock._shared)
+            return set(self.provider.unlock_many(locks, joined=joined, by_name=by_name))
+        return set(self.provider.unlock_many(locks, joined=joined))
+
+    def release(self, locks: list[Lock], by_name: dict[Lock, list[str]] | None = None) -> set[str]:
+        """Release *locks*, and the locks named in *by_name* under the handle each was taken
+        with, now, on the caller's thread; return the names of those found lost. A database
+        error keeps the releases in the outbox."""
+        by_name = by_name or {}
+        if not locks and not by_name:
             return set()
         try:
-            return set(self.provider.unlock_many(locks))
+            return self._unlock(locks, by_name)
         except LockError:
             # Release them when the database answers again, rather than leave them held, by
             # this very instance, until lock_at_most_for.
-            logger.warning("Could not release %d lock(s); trying again later", len(locks))
-            for lock in locks:
+            handles = [*locks, *(h._named(n) for h, names in by_name.items() for n in names)]
+            logger.warning("Could not release %d lock(s); trying again later", len(handles))
+            for lock in handles:
                 if lock.valid:
                     self.outbox.add(f"the release of the lock of {lock.config.name}", lock.unlock)
             return set()

@@ -22,7 +22,7 @@ from ...locking import BaseLockProvider, LockError
 from ...observability import metrics
 from ...storage import batch_rows, task_rows
 from ...storage.errors import is_conflict, is_lock_timeout
-from ..keepalive import KeepAlive, WaitingLocks
+from ..keepalive import BatchLocks, KeepAlive
 from ..writer import EndWriter
 from .contention import Contention
 from .decide import Decided
@@ -331,18 +331,18 @@ class Claimer:
             if claim.claimed:
                 spec.state = replace(spec.state, last_fire_time=claim.fire_time)
             runs.append(claim)
-        # One keep-alive record for the locks of the batch until each run starts.
+        # One keep-alive record for the locks of the batch until each run ends.
         locked_runs = [claim for claim in runs if claim.lock is not None]
-        waiting = None
+        batch_locks = None
         if locked_runs:
-            waiting = WaitingLocks([c.lock for c in locked_runs], self.keepalive)  # type: ignore[misc]
+            batch_locks = BatchLocks([c.lock for c in locked_runs], self.keepalive)  # type: ignore[misc]
         slots = {id(claim): slot for slot, claim in enumerate(locked_runs)}
         claimed = []
         for claim in runs:
             spec = claim.spec
             handler = self.invoker if spec.definition.engine is None else self.enqueuer
             ahead = self.enqueuer.publishes_ahead(spec)  # Celery: an enqueued task
-            run = ClaimedRun(handler, claim, waiting, slots.get(id(claim), -1), ahead=ahead)
+            run = ClaimedRun(handler, claim, batch_locks, slots.get(id(claim), -1), ahead=ahead)
             claimed.append(run)
             outcomes[claim.index] = run
         self.underway.add_claimed(claimed)

@@ -124,7 +124,6 @@ class Enqueuer(HandOver):
         """Publish the claimed *run* (unless its claim enqueued it) and hand its end to the
         recorder."""
         self.underway.started(run.spec.name)
-        run.take_lock()
         started = self.clock()
         spec, fire_time = run.spec, run.fire_time
         # Announced once the claim committed, also when its transaction enqueued it.

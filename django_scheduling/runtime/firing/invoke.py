@@ -32,7 +32,6 @@ from ...schedules.durations import format_duration
 from ...tasks.commands import CommandFailed, CommandOutput
 from ...tasks.definition import TaskDefinition
 from ..calls import Done
-from ..keepalive import KeptAliveLock
 from .contention import LOCKED_REPORT_AFTER, when
 from .record import NO_ERROR, Error, HandOver, Recorder
 from .runs import ClaimedRun
@@ -48,7 +47,7 @@ class _Running:
     """A run under way on a worker thread of this process."""
 
     run_id: int | None
-    held: KeptAliveLock | None
+    run: ClaimedRun
     #: When it passes its timeout, on the ``time.monotonic()`` clock; None: no timeout.
     deadline: float | None = None
     timeout: timedelta | None = None
@@ -147,12 +146,11 @@ class Invoker(HandOver):
     def run(self, run: ClaimedRun, done: Done) -> None:
         """Call the claimed *run* (on a worker thread) and hand its end to the recorder."""
         self.underway.started(run.spec.name)
-        held = run.take_lock()
         started = self.clock()
         try:
             close_old_connections()
             try:
-                ended, started = self._attempts(run, held, started)
+                ended, started = self._attempts(run, started)
             finally:
                 close_old_connections()
         except BaseException as exc:
@@ -175,9 +173,7 @@ class Invoker(HandOver):
             output=ended.output,
         )
 
-    def _attempts(
-        self, run: ClaimedRun, held: KeptAliveLock | None, started: datetime
-    ) -> tuple[_Ended, datetime]:
+    def _attempts(self, run: ClaimedRun, started: datetime) -> tuple[_Ended, datetime]:
         """Call the task, and again for each retry its ``retries=`` allow; return how the
         last attempt ended, and when it started. The ends of the attempts before it are
         recorded here."""
@@ -186,13 +182,13 @@ class Invoker(HandOver):
         attempt = 1
         bound = retry_bound(spec, run.fire_time, started) if definition.retries else None
         while True:
-            ended = self._attempt(spec, run, held)
+            ended = self._attempt(spec, run)
             if ended.exc is None or attempt > definition.retries:
                 break
             wait = retry_delay(
                 attempt, definition.retry_backoff, definition.retry_backoff_max, random.random()
             )
-            why_not = self._no_retry_because(held, bound, ended.finished + wait)
+            why_not = self._no_retry_because(run, bound, ended.finished + wait)
             if why_not is not None:
                 logger.warning(
                     "Not retrying %s (scheduled for %s) after attempt %d: %s",
@@ -227,12 +223,12 @@ class Invoker(HandOver):
         return ended, started
 
     def _no_retry_because(
-        self, held: KeptAliveLock | None, bound: datetime | None, retry_at: datetime
+        self, run: ClaimedRun, bound: datetime | None, retry_at: datetime
     ) -> str | None:
         """Return why a failed attempt is not tried again at *retry_at*; ``None``: it is."""
         if self.stopping.is_set():
             return "the scheduler is stopping"
-        if held is not None and held.lost:
+        if run.lost:
             return "its lock was lost"
         if bound is not None and retry_at >= bound:
             return (
@@ -241,11 +237,11 @@ class Invoker(HandOver):
             )
         return None
 
-    def _attempt(self, spec: TaskSpec, run: ClaimedRun, held: KeptAliveLock | None) -> _Ended:
+    def _attempt(self, spec: TaskSpec, run: ClaimedRun) -> _Ended:
         """Call the task once, noted as running meanwhile; return how it ended."""
         timeout = spec.timeout
         deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
-        self.underway.begin(spec.name, _Running(run.run_id, held, deadline, timeout))
+        self.underway.begin(spec.name, _Running(run.run_id, run, deadline, timeout))
         try:
             return self._call(spec, run, deadline)
         finally:

@@ -254,11 +254,8 @@ class FiringPipeline:
         # Those claimed, but the pool shut down before they started: their fire times are
         # spent (at most once), their locks are released here.
         running, claimed = self.underway.take(names)
-        held = [item.held for item in running]
-        held += [run.take_lock() for run in claimed]
-        for lock in held:
-            if lock is not None:
-                lock.release()
+        for run in [item.run for item in running] + claimed:
+            run.release_lock()
         # Only those that ran: a claimed run that never started is left to housekeeping,
         # which marks it lost (and ``recover=True`` runs its fire time again).
         run_ids = [item.run_id for item in running if item.run_id is not None]

@@ -17,7 +17,6 @@ from typing import Any
 from django.db import DatabaseError
 
 from ... import signals
-from ...locking import Lock
 from ...models import RunStatus
 from ...observability.events import run_events
 from ...storage import history, task_rows
@@ -192,8 +191,10 @@ class Recorder:
             end = history.Ended(
                 run.run_id, status, started, finished, error, backend, result_id, output
             )
+        run.end, run.row_write = end, row_write
         run.done, run.next_time = done, next_time
-        self.writer.add(Finished(spec.name, end, row_write, self._detach(run), run))
+        run.detach_lock()
+        self.writer.add(run)
 
     def abandon(
         self,
@@ -208,21 +209,10 @@ class Recorder:
         end = None
         if run.run_id is not None:
             end = history.Ended(run.run_id, RunStatus.FAILED, started, self.clock(), error)
+        run.end, run.row_write = end, None
         run.done, run.next_time = done, self.clock() + RETRY_AFTER_ERROR
-        self.writer.add(Finished(run.spec.name, end, None, self._detach(run), run))
-
-    def _detach(self, run: ClaimedRun) -> Lock | None:
-        """Stop keeping the lock of the ended *run* alive and return it, for the writer to
-        release (``None``: it had none, or it was lost while the run went on). The keep-alive
-        record goes with it, unless it found the lock lost (``written`` reports that): a
-        burst's ends wait for the writer by the thousand."""
-        held = run.take_lock()
-        if held is None:
-            return None
-        lock = held.detach()
-        if not held.lost:
-            run.held = None
-        return lock
+        run.detach_lock()
+        self.writer.add(run)
 
     def next_time(
         self, spec: TaskSpec, planned: datetime | None, *, now: datetime
@@ -255,11 +245,10 @@ class Recorder:
         run.done = run.exc = None  # nor the exception's traceback, once done
         assert done is not None
         try:
-            held = run.held
             # A newer claim in the row: this run lost its lock to another instance meanwhile,
             # unless a newer deployment's trigger reset the row.
             fenced = run.fenced and not self._trigger_replaced(run.spec)
-            if lost or fenced or (held is not None and held.lost):
+            if lost or fenced or run.lock_lost:
                 self.lock_lost(run.spec, run.run_id, run.fire_time)
             self.signal_end(run, exc)
         finally:
@@ -367,9 +356,8 @@ class Recorder:
         if run.run_id is not None:
             error = (_REJECTED, f"dropped by the pool (discard_oldest): {stats}", "")
             end = history.Ended(run.run_id, RunStatus.REJECTED, now, now, error)
-        held = run.take_lock()
-        lock = held.detach() if held is not None else None
-        self.writer.add(Finished(run.spec.name, end, None, lock, _ignore))
+        run.detach_lock()
+        self.writer.add(Finished(run.spec.name, end, None, run.lock, _ignore, run.batch_lock))
         self.contention.signal_skip(run.spec, run.fire_time, "rejected")
 
 

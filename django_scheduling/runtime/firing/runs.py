@@ -3,18 +3,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...schedules.decisions import Firing, Run, TaskRow
 from ..calls import Call, Done
-from ..keepalive import KeptAliveLock, WaitingLocks
+from ..keepalive import BatchLocks
 from ..pool import PoolStats
 from .spec import TaskSpec
 
 if TYPE_CHECKING:
     from ...locking import Lock
+    from ...storage.history import Ended
 
 __all__ = ["Claim", "ClaimedRun", "Handler", "Handed"]
 
@@ -82,38 +84,43 @@ class Handler(Protocol):
 
 class ClaimedRun(Call):
     """A firing claimed for this process, from its claim to the record of its end: ``run(done)``
-    hands it over (on a worker thread) and its end to the writer, which calls it back with
-    whether the lock was lost. One object all along: a burst claimed ahead keeps thousands at
-    once. Until it starts, its lock waits with the batch's (``waiting``, at ``slot``)."""
+    hands it over (on a worker thread), and its end to the writer, which calls ``written()``
+    with whether the lock was lost. One object all along: a burst claimed ahead keeps
+    thousands at once. Its lock stays with the batch's (``locks``, at ``slot``), kept alive
+    together, until the run ends."""
 
     __slots__ = (
+        "batch_lock",
         "claimed",
         "done",
         "duration",
+        "end",
         "exc",
         "fenced",
         "fire_time",
         "handed",
         "handler",
-        "held",
+        "lock",
+        "lock_lost",
+        "locks",
         "next_time",
         "noted",
         "planned",
         "recorded",
         "recovery_of",
+        "row_write",
         "run_after",
         "run_id",
         "seen",
         "slot",
         "spec",
-        "waiting",
     )
 
     def __init__(
         self,
         handler: Handler,
         claim: Claim,
-        waiting: WaitingLocks | None,
+        locks: BatchLocks | None,
         slot: int,
         *,
         ahead: bool = False,
@@ -133,29 +140,53 @@ class ClaimedRun(Call):
         self.handed = claim.handed
         #: The claim's transaction recorded its end (an enqueue that commits with it).
         self.recorded = claim.handed is not None
-        self.waiting = waiting if claim.lock is not None else None
+        self.locks = locks if claim.lock is not None else None
         self.slot = slot
-        #: Its lock, kept alive on its own, once the run starts (see ``take_lock()``).
-        self.held: KeptAliveLock | None = None
-        # Set when the run has ended, for the writer's call back:
+        # Set when the run has ended, for the writer (see ``writer.Ending``) and its call
+        # back:
+        self.end: Ended | None = None
+        self.row_write: Callable[[], None] | None = None
+        self.lock: Lock | None = None
+        self.batch_lock: Lock | None = None
         self.done: Done | None = None
         self.next_time: datetime | None = None
         self.duration = _NO_TIME
         self.exc: BaseException | None = None
+        #: An extension found its lock lost while it ran.
+        self.lock_lost = False
         #: The write of its end in the task row found a newer claim there.
         self.fenced = False
 
-    def take_lock(self) -> KeptAliveLock | None:
-        """Return the run's lock, kept alive on its own from now on (``None``: the task runs
-        without a lock)."""
-        if self.held is None and self.waiting is not None:
-            self.held, self.waiting = self.waiting.start(self.slot), None
-        return self.held
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
     @property
     def locked_at(self) -> datetime | None:
-        held = self.take_lock()
-        return held.lock.locked_at if held is not None and held.lock is not None else None
+        locks = self.locks
+        return locks.locked_at(self.slot) if locks is not None else None
+
+    @property
+    def lost(self) -> bool:
+        """Whether an extension has found its lock lost while it runs."""
+        locks = self.locks
+        return self.lock_lost or (locks is not None and locks.lost(self.slot))
+
+    def detach_lock(self) -> None:
+        """Stop keeping its lock alive, and keep what the writer releases (``lock``, or
+        ``batch_lock`` for a lock released by its name)."""
+        locks = self.locks
+        if locks is not None:
+            self.locks = None
+            self.lock, self.batch_lock, lost = locks.detach(self.slot)
+            self.lock_lost = self.lock_lost or lost
+
+    def release_lock(self) -> None:
+        """Release its lock now (a shutdown)."""
+        locks = self.locks
+        if locks is not None:
+            self.locks = None
+            locks.release(self.slot)
 
     def run(self, done: Done) -> None:
         self.handler.run(self, done)
@@ -163,7 +194,7 @@ class ClaimedRun(Call):
     def reject(self, stats: PoolStats) -> datetime | None:
         return self.handler.reject(self, stats)
 
-    def __call__(self, lost: bool) -> None:
+    def written(self, lost: bool) -> None:
         self.handler.written(self, lost)
 
 
