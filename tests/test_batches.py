@@ -195,6 +195,56 @@ class BatchTests(Instances):
         )
         self.assertEqual(TaskLock.objects.get(name="job000").locked_by, "b")  # not released
 
+    def lost_signals(self) -> list[dict]:
+        lost: list[dict] = []
+
+        def on_lock_lost(sender, **kwargs):
+            lost.append(kwargs)
+
+        signals.lock_lost.connect(on_lock_lost, weak=False)
+        self.addCleanup(signals.lock_lost.disconnect, on_lock_lost)
+        return lost
+
+    def test_a_lock_taken_over_is_found_lost_by_its_release_by_name(self):
+        # No extension came: the batch still held the lock by its name when the run ended, and
+        # the writer's release through the batch's handle finds it taken.
+        definitions, _ = self.tasks(2)
+        a = self.instance("a")
+        lost = self.lost_signals()
+        entries = a.entries(definitions)
+        outcomes = a.batch(entries, T0)
+        TaskLock.objects.filter(name="job000").update(
+            locked_by="b", locked_at=datetime.now(UTC) + timedelta(seconds=1)
+        )
+        self.assertEqual(a.run_calls(entries, outcomes), 2)
+        runs = TaskRun.objects.order_by("task_name")
+        self.assertEqual(
+            [(r.task_name, r.lock_lost) for r in runs], [("job000", True), ("job001", False)]
+        )
+        self.assertTrue(run_events.drain(DEADLINE))  # the signals go out from the events thread
+        self.assertEqual([item["task"].name for item in lost], ["job000"])  # reported once
+        self.assertEqual(TaskLock.objects.get(name="job000").locked_by, "b")  # not released
+
+    def test_a_lock_found_lost_by_the_release_at_shutdown_is_reported_when_the_run_ends(self):
+        # At a shutdown the locks of the runs under way are released at once; a lock taken
+        # over by then is reported as lost when its run ends.
+        a = self.instance("a")
+        lost = self.lost_signals()
+
+        def shuts_down_while_it_runs() -> None:
+            TaskLock.objects.filter(name="job000").update(
+                locked_by="b", locked_at=datetime.now(UTC) + timedelta(seconds=1)
+            )
+            a.runner.interrupted(["job000"])
+
+        definition = self.registry.add(shuts_down_while_it_runs, name="job000", fixed_rate="10s")
+        entries = a.entries([definition])
+        self.assertEqual(a.run_calls(entries, a.batch(entries, T0)), 1)
+        self.assertTrue(TaskRun.objects.get().lock_lost)
+        self.assertTrue(run_events.drain(DEADLINE))
+        self.assertEqual([item["task"].name for item in lost], ["job000"])
+        self.assertEqual(TaskLock.objects.get(name="job000").locked_by, "b")
+
     def test_a_batch_runs_each_due_firing_once_and_records_it(self):
         definitions, counters = self.tasks(5)
         a = self.instance("a")
@@ -765,6 +815,27 @@ class BatchTests(Instances):
         self.assertEqual([c.count for c in counters], [1, 1, 1])
         self.assertEqual(TaskRun.objects.count(), 3)
 
+    def test_a_provider_whose_unlock_many_takes_no_names_gets_a_handle_for_each(self):
+        # A provider's override written before unlock_many took by_name= still releases every
+        # lock of a batch, with a handle made for each name.
+        definitions, _ = self.tasks(3)
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        provider = a.runner.provider
+        real = provider.unlock_many
+        released: list[str] = []
+
+        def unlock_many(locks, *, joined=False):
+            released.extend(lock.config.name for lock in locks)
+            return real(locks, joined=joined)
+
+        provider.unlock_many = unlock_many
+        self.assertEqual(a.run_calls(entries, a.batch(entries, T0)), 3)
+        self.assertEqual(sorted(released), ["job000", "job001", "job002"])
+        self.assertEqual(TaskRun.objects.filter(status=RunStatus.SUCCEEDED).count(), 3)
+        for lock in TaskLock.objects.all():
+            self.assertLessEqual(lock.lock_until, datetime.now(UTC))
+
     def test_ends_whose_commit_deadlocks_are_written_one_by_one_and_release_their_locks(self):
         definitions, counters = self.tasks(4)
         a = self.instance("a")
@@ -1026,6 +1097,42 @@ class BatchLockTests(TransactionTestCase):
         lost = BaseLockProvider().unlock_many([], by_name={handle: ["x", "taken"]})
         self.assertEqual((lost, released), ({"taken"}, ["x", "taken"]))
         self.assertTrue(handle.valid)  # a template: each name had a handle of its own
+
+    def test_a_release_that_fails_halfway_leaves_only_the_rest_to_the_outbox(self):
+        # Released without a transaction, each acquisition's statement commits on its own: the
+        # names of the first are released when the second fails, and must not be released
+        # again later (a name has no handle that could tell it was spent).
+        locks = self._two_acquisitions()
+        a1 = next(lock for lock in locks if lock.config.name == "a1")
+        b1 = next(lock for lock in locks if lock.config.name == "b1")
+        outbox = Outbox()
+        writer = EndWriter(using="default", provider=self.provider, outbox=outbox, name="w")
+        real = self.provider._execute
+        calls = []
+
+        def second_fails(sql, statement, params, *args, **kwargs):
+            if statement.startswith("UPDATE"):
+                calls.append(statement)
+                if len(calls) == 2:
+                    raise OperationalError("the database went away")
+            return real(sql, statement, params, *args, **kwargs)
+
+        self.provider._execute = second_fails
+        with self.assertLogs("django_scheduling", "WARNING"):
+            self.assertEqual(writer.release([], {a1: ["a1", "a2"], b1: ["b1", "b2"]}), set())
+        del self.provider._execute
+        self.assertEqual(len(outbox), 2)  # b1 and b2, not a1 and a2 again
+        now = datetime.now(UTC)
+        self.assertLessEqual(TaskLock.objects.get(name="a1").lock_until, now)
+        self.assertGreater(TaskLock.objects.get(name="b1").lock_until, now)
+        # a1 is taken by another instance meanwhile: the outbox must not touch it.
+        self.assertIsNotNone(DatabaseLockProvider(owner="c").lock(LockConfiguration("a1", "1m")))
+        self.assertEqual(outbox.flush(), 2)
+        self.assertEqual(TaskLock.objects.get(name="a1").locked_by, "c")
+        self.assertGreater(TaskLock.objects.get(name="a1").lock_until, datetime.now(UTC))
+        self.assertEqual(
+            TaskLock.objects.get(name="b2").lock_until, b1.locked_at + timedelta(seconds=30)
+        )
 
     def test_lock_at_least_for_holds_a_released_lock_until_it_has_passed(self):
         config = LockConfiguration("x", "1m", "30s")

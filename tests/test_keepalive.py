@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import SimpleTestCase
 
-from django_scheduling.locking import LockConfiguration
+from django_scheduling.locking import Lock, LockConfiguration
 from django_scheduling.runtime.keepalive import BatchLocks, KeepAlive
 
 DEADLINE = 10
@@ -34,6 +34,27 @@ class FakeLock:
         return handle
 
     def unlock(self):
+        self.calls.append(("unlock", self, None, None))
+        return True
+
+
+class SharedLock(Lock):
+    """A handle that shares all but its name with the handles taken with it, as the database
+    provider's do; unlock() is recorded."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self, config, calls, at):
+        super().__init__(config, locked_at=at, lock_until=at + timedelta(hours=1))
+        self.calls = calls
+
+    def _shared(self):
+        return ("one acquisition", self.locked_at)
+
+    def _named(self, name):
+        return SharedLock(self.config._renamed(name), self.calls, self.locked_at)
+
+    def _unlock(self):
         self.calls.append(("unlock", self, None, None))
         return True
 
@@ -198,6 +219,21 @@ class BatchLocksTests(KeeperTestCase):
         _, _, most, least = self.calls.extends()[0]
         self.assertEqual(least, timedelta(0))
         self.assertEqual(most, timedelta(milliseconds=400))
+
+    def test_locks_taken_together_are_kept_as_one_handle_and_their_names(self):
+        at = datetime.now(UTC)
+        locks = [SharedLock(LockConfiguration(f"job{i}", "1h"), self.calls, at) for i in range(3)]
+        batch = BatchLocks(locks, self.keeper)
+        self.assertEqual(batch.locked_at(2), at)
+        # Released by its name through the batch's one handle (the first lock's).
+        self.assertEqual(batch.detach(1), (None, locks[0], False))
+        # Released at once (a shutdown): a handle made from the batch's for that name.
+        self.assertTrue(batch.release(2))
+        ((_, handle, _, _),) = self.calls
+        self.assertEqual((handle.config.name, handle.locked_at), ("job2", at))
+        self.assertIsNot(handle, locks[2])
+        self.assertEqual(batch.detach(0), (None, locks[0], False))
+        self.assertEqual(len(self.keeper), 0)
 
     def test_without_a_keep_alive_thread_each_run_still_gets_its_lock(self):
         locks = self.locks(2)

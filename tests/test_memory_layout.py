@@ -30,6 +30,7 @@ from django_scheduling.locking.database import DatabaseLock
 from django_scheduling.models import ScheduledTask, TaskLock, TaskRun
 from django_scheduling.runtime.calls import Call, Entry
 from django_scheduling.runtime.firing import TaskSpec
+from django_scheduling.runtime.firing.runs import ClaimedRun
 from django_scheduling.runtime.scheduler import Scheduler
 from django_scheduling.schedules.cron import CronExpression
 from django_scheduling.schedules.durations import parse_duration
@@ -199,12 +200,13 @@ class BatchTests(Instances):
         self.assertIsNone(specs[0].state.last_fire_time)
 
     def handed_ends(self, instance):
-        """Note each end handed to *instance*'s writer, with the lock handles alive then."""
+        """Note each end handed to *instance*'s writer, with the lock handles alive then, and
+        the lock it gave the writer (its own handle, or the batch's)."""
         handed: list = []
         add = instance.writer.add
 
         def watched(ending):
-            handed.append((ending, len(lock_handles())))
+            handed.append((ending, len(lock_handles()), ending.lock, ending.batch_lock))
             add(ending)
 
         instance.writer.add = watched
@@ -222,7 +224,7 @@ class BatchTests(Instances):
         self.assertEqual(a.run_calls(entries, outcomes), 5)
         self.assertEqual([c.count for c in counters], [1] * 5)
         # The writer takes the run itself, and calls it back once its end is recorded.
-        self.assertEqual([id(ending) for ending, _ in handed], [id(o) for o in outcomes])
+        self.assertEqual([id(ending) for ending, *_ in handed], [id(o) for o in outcomes])
         self.assertEqual(TaskRun.objects.filter(lock_lost=True).count(), 0)
         self.assertEqual(set(a.next_times.values()), {T0 + timedelta(seconds=10)})
 
@@ -243,15 +245,32 @@ class BatchTests(Instances):
         handed = self.handed_ends(a)
         self.assertEqual(a.run_calls(entries, outcomes), 5)
         self.assertEqual([c.count for c in counters], [1] * 5)
-        for ending, handles in handed:
+        for _, handles, lock, batch_lock in handed:
             self.assertEqual(handles, before + 1)  # none made for a run, nor for its end
-            self.assertIsNone(ending.lock)
-            self.assertIs(ending.batch_lock, handed[0][0].batch_lock)
-            self.assertEqual(ending.batch_lock.owner, "a")
+            self.assertIsNone(lock)
+            self.assertIs(batch_lock, handed[0][3])
+            self.assertEqual(batch_lock.owner, "a")
         # Each lock was released by its name (none found lost).
         self.assertEqual(TaskRun.objects.filter(lock_lost=True).count(), 0)
         for row in TaskLock.objects.all():
             self.assertLess(row.lock_until, rows[row.name].lock_until)
+
+    def test_an_ended_run_is_freed_without_the_cycle_collector(self):
+        # A burst's ended runs are thousands of objects: left in a reference cycle, they would
+        # live until the collector's next full pass. Fixed-delay runs write their task rows at
+        # their end, a write that refers to the run.
+        definitions, counters = self.tasks(5, fixed_rate=None, fixed_delay="10s")
+        a = self.instance("a")
+        entries = a.entries(definitions)
+        gc.collect()
+        gc.disable()
+        self.addCleanup(gc.enable)
+        outcomes = a.batch(entries, T0)
+        self.assertEqual(a.run_calls(entries, outcomes), 5)
+        self.assertEqual([c.count for c in counters], [1] * 5)
+        self.assertEqual(len(a.next_times), 5)
+        del outcomes
+        self.assertEqual([o for o in gc.get_objects() if type(o) is ClaimedRun], [])
 
 
 def lock_handles():

@@ -32,7 +32,14 @@ __all__ = [
 
 
 class LockError(Exception):
-    """The lock storage failed (database down, table missing, value too long...)."""
+    """The lock storage failed (database down, table missing, value too long...).
+
+    ``released``: the names of the locks that a release of many (``unlock_many``) without a
+    transaction had settled before it failed (released, or found no longer held): they are
+    not to be released again.
+    """
+
+    released: frozenset[str] = frozenset()
 
 
 class InvalidLockHandle(RuntimeError):
@@ -177,7 +184,8 @@ class Lock:
         """Return what this handle shares with the handles taken with it, or ``None`` (the
         default) for a handle with state of its own (a token). Handles with equal keys differ
         only in their lock's name, and ``_named()`` makes one from another: a batch of firings
-        claimed ahead keeps one handle per key, not one per firing, until each run starts."""
+        keeps one handle per key, not one per firing, and its locks are released by name
+        (``unlock_many(..., by_name=...)``)."""
         return None
 
     def _named(self, name: str) -> Lock:

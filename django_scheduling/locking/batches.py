@@ -241,6 +241,7 @@ def unlock_many(
     if not groups:
         return set()
     lost: set[str] = set()
+    settled: set[str] = set()  # without a transaction: released, or found lost
     (first_owner, _, _), (first_names, _) = next(iter(groups.items()))
     try:
         sql = (
@@ -265,9 +266,14 @@ def unlock_many(
                 transaction.on_commit(functools.partial(spend, handles), using=sql.conn.alias)
             else:
                 spend(handles)
+            if not joined:
+                settled.update(names)
     except DatabaseError as exc:
         count = sum(len(names) for names, _ in groups.values())
-        raise provider._error("release", f"{count} locks", exc) from exc
+        error = provider._error("release", f"{count} locks", exc)
+        # Each statement committed on its own: those names must not be released again.
+        error.released = frozenset(settled)
+        raise error from exc
     for name in sorted(lost):
         logger.warning(
             "Lock %r was no longer held by this instance when it was released: it expired "

@@ -18,6 +18,7 @@ thread that hands it in.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -101,6 +102,7 @@ class EndWriter:
         self._stopped = False
         self._thread: threading.Thread | None = None
         self._exited = True  # no thread takes items: add() writes on its caller's thread
+        self._by_name: bool | None = None  # whether the provider releases locks by name
 
     def start(self) -> None:
         with self._cond:
@@ -269,25 +271,44 @@ class EndWriter:
     def _unlock(
         self, locks: list[Lock], by_name: dict[Lock, list[str]], *, joined: bool = False
     ) -> set[str]:
-        if by_name:  # only handles that share all but their name come here (Lock._shared)
+        if not by_name:
+            return set(self.provider.unlock_many(locks, joined=joined))
+        if self._takes_names():
             return set(self.provider.unlock_many(locks, joined=joined, by_name=by_name))
-        return set(self.provider.unlock_many(locks, joined=joined))
+        # An override of unlock_many written before it took names: a handle for each.
+        named = [handle._named(name) for handle, names in by_name.items() for name in names]
+        return set(self.provider.unlock_many([*locks, *named], joined=joined))
+
+    def _takes_names(self) -> bool:
+        """Return whether the provider's ``unlock_many`` takes ``by_name=``."""
+        if self._by_name is None:
+            parameters = inspect.signature(self.provider.unlock_many).parameters
+            self._by_name = "by_name" in parameters or any(
+                p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+            )
+        return self._by_name
 
     def release(self, locks: list[Lock], by_name: dict[Lock, list[str]] | None = None) -> set[str]:
         """Release *locks*, and the locks named in *by_name* under the handle each was taken
         with, now, on the caller's thread; return the names of those found lost. A database
-        error keeps the releases in the outbox."""
+        error keeps the releases not made yet in the outbox."""
         by_name = by_name or {}
         if not locks and not by_name:
             return set()
         try:
             return self._unlock(locks, by_name)
-        except LockError:
+        except LockError as exc:
             # Release them when the database answers again, rather than leave them held, by
-            # this very instance, until lock_at_most_for.
-            handles = [*locks, *(h._named(n) for h, names in by_name.items() for n in names)]
-            logger.warning("Could not release %d lock(s); trying again later", len(handles))
-            for lock in handles:
-                if lock.valid:
-                    self.outbox.add(f"the release of the lock of {lock.config.name}", lock.unlock)
+            # this very instance, until lock_at_most_for. A handle released before the
+            # failure is spent; a name says so through the error.
+            named = [
+                handle._named(name)
+                for handle, names in by_name.items()
+                for name in names
+                if name not in exc.released
+            ]
+            left = [lock for lock in [*locks, *named] if lock.valid]
+            logger.warning("Could not release %d lock(s); trying again later", len(left))
+            for lock in left:
+                self.outbox.add(f"the release of the lock of {lock.config.name}", lock.unlock)
             return set()

@@ -242,7 +242,9 @@ class Recorder:
         """The end of *run* is recorded and its lock released: report a lost lock, signal the
         end, and tell the scheduler when the entry fires next."""
         done, exc = run.done, run.exc
-        run.done = run.exc = None  # nor the exception's traceback, once done
+        # Nor the exception's traceback, once done; and what the writer needed: the row
+        # write refers to the run, a cycle that only the collector would break.
+        run.done = run.exc = run.end = run.row_write = run.lock = run.batch_lock = None
         assert done is not None
         try:
             # A newer claim in the row: this run lost its lock to another instance meanwhile,

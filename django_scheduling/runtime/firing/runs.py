@@ -182,11 +182,13 @@ class ClaimedRun(Call):
             self.lock_lost = self.lock_lost or lost
 
     def release_lock(self) -> None:
-        """Release its lock now (a shutdown)."""
+        """Release its lock now (a shutdown); a lock found lost is reported when the run
+        ends."""
         locks = self.locks
         if locks is not None:
             self.locks = None
-            locks.release(self.slot)
+            if not locks.release(self.slot):
+                self.lock_lost = True
 
     def run(self, done: Done) -> None:
         self.handler.run(self, done)
