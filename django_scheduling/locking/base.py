@@ -256,5 +256,17 @@ class BaseLockProvider:
         with (handles that share all but their name, see ``Lock._shared()``: a batch keeps
         one); return the names of those no longer held by their handle."""
         if by_name:
-            locks = [*locks, *(h._named(n) for h, names in by_name.items() for n in names)]
+            locks = [*locks, *named_handles(by_name)]
         return {lock.config.name for lock in locks if lock.unlock() is False}
+
+
+def named_handles(by_name: Mapping[Lock, list[str]], skip: Collection[str] = ()) -> list[Lock]:
+    """Return a handle for each lock that *by_name* names under the handle it was taken with
+    (see ``Lock._named()``), but for those in *skip*: for a provider, or a path, that releases
+    locks one handle at a time."""
+    return [
+        handle._named(name)
+        for handle, names in by_name.items()
+        for name in names
+        if name not in skip
+    ]

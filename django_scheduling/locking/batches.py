@@ -260,7 +260,7 @@ def unlock_many(
             count = provider._execute(sql, statement, [*value_params, *params])
             if count != len(names):
                 lost |= set(names) - _mine(provider, sql, names, owner, at)
-            if joined and handles:
+            if joined:
                 # Spent once the caller's transaction commits; after a rollback the
                 # handles can still release their locks.
                 transaction.on_commit(functools.partial(spend, handles), using=sql.conn.alias)

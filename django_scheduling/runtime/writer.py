@@ -29,6 +29,7 @@ from django.db import DatabaseError, connections, transaction
 
 from ..bursts import bursts
 from ..locking import BaseLockProvider, Lock, LockError
+from ..locking.base import named_handles
 from ..storage import history
 from ..storage.connections import KeptConnection
 from ..storage.errors import is_conflict
@@ -276,8 +277,7 @@ class EndWriter:
         if self._takes_names():
             return set(self.provider.unlock_many(locks, joined=joined, by_name=by_name))
         # An override of unlock_many written before it took names: a handle for each.
-        named = [handle._named(name) for handle, names in by_name.items() for name in names]
-        return set(self.provider.unlock_many([*locks, *named], joined=joined))
+        return set(self.provider.unlock_many([*locks, *named_handles(by_name)], joined=joined))
 
     def _takes_names(self) -> bool:
         """Return whether the provider's ``unlock_many`` takes ``by_name=``."""
@@ -301,12 +301,7 @@ class EndWriter:
             # Release them when the database answers again, rather than leave them held, by
             # this very instance, until lock_at_most_for. A handle released before the
             # failure is spent; a name says so through the error.
-            named = [
-                handle._named(name)
-                for handle, names in by_name.items()
-                for name in names
-                if name not in exc.released
-            ]
+            named = named_handles(by_name, skip=exc.released)
             left = [lock for lock in [*locks, *named] if lock.valid]
             logger.warning("Could not release %d lock(s); trying again later", len(left))
             for lock in left:
