@@ -103,15 +103,16 @@ class RecordEndsTests(TestCase):
     def test_a_batch_of_ends_writes_each_run_its_own_values(self):
         # One statement per status and backend: each row must get its own times and result.
         at = datetime(2026, 5, 13, 12, 0, 0, 123456, tzinfo=UTC)
-        starts = [history.Start(f"job{i}", at, at, None, 0, None) for i in range(6)]
+        starts = [history.Start(f"job{i}", at, at, None, 0, None) for i in range(8)]
         ids = history.record_starts(using="default", instance="a", started=at, runs=starts)
         ends = []
         for index, run_id in enumerate(ids):
+            # The task began a little after its start was recorded (a worker took it).
             started = at + timedelta(milliseconds=index)
             finished = started + timedelta(seconds=index, microseconds=7)
             if index < 3:
                 ends.append(history.Ended(run_id, RunStatus.SUCCEEDED, started, finished))
-            else:
+            elif index < 6:
                 ends.append(
                     history.Ended(
                         run_id,
@@ -122,15 +123,20 @@ class RecordEndsTests(TestCase):
                         result_id=f"result-{index}",
                     )
                 )
+            else:  # with an error: written on its own
+                error = ("ValueError", f"bad {index}", "Traceback ...")
+                ends.append(history.Ended(run_id, RunStatus.FAILED, started, finished, error))
         history.record_ends(using="default", ends=ends)
         found = {run.pk: run for run in TaskRun.objects.all()}
         for end in ends:
             run = found[end.run_id]
+            # The start stays as recorded, whatever the path; the duration is the task's own.
             self.assertEqual(
                 (run.status, run.started_at, run.finished_at, run.duration),
-                (end.status, end.started, end.finished, end.finished - end.started),
+                (end.status, at, end.finished, end.finished - end.started),
             )
             self.assertEqual((run.backend, run.result_id), (end.backend, end.result_id))
+            self.assertEqual((run.error_type, run.error_message), end.error[:2])
 
 
 class LostRunTests(TestCase):

@@ -25,11 +25,14 @@ NOW = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)
 SCRIPT_NAME = "<script>alert(1)</script> & co"
 
 
-def row(run_id, status, *, ago, duration=None, late=timedelta(0), manual=False):
-    """Return a run's row as the admin reads it: (id, status, started, scheduled, duration)."""
+def row(run_id, status, *, ago, duration=None, late=timedelta(0), manual=False, waited=None):
+    """Return a run's row as the admin reads it: (id, status, started, scheduled, duration,
+    finished). The task began *waited* after its start was recorded (a wait for a thread)."""
     started = NOW - ago
     scheduled = None if manual else started - late
-    return (run_id, status, started, scheduled, duration)
+    began = started + (waited or timedelta(0))
+    finished = None if duration is None else began + duration
+    return (run_id, status, started, scheduled, duration, finished)
 
 
 def seconds(value: float) -> timedelta:
@@ -53,6 +56,20 @@ class RunPointsTests(SimpleTestCase):
         self.assertEqual(points[2].lateness, seconds(1.5))
         self.assertEqual(points[3].duration, seconds(5))  # running: so far
         self.assertTrue(points[3].in_progress)
+
+    def test_a_run_that_waited_for_a_thread_is_as_late_as_when_the_task_began(self):
+        rows = [
+            row(2, "succeeded", ago=seconds(60), duration=seconds(2), waited=seconds(3)),
+            row(1, "failed", ago=seconds(120), duration=seconds(1), waited=seconds(0.5)),
+        ]
+
+        waited_long, waited_short = reversed(run_points(rows, now=NOW, late_after=seconds(1)))
+
+        self.assertEqual(waited_long.lateness, seconds(3))
+        self.assertTrue(waited_long.late)
+        self.assertEqual(waited_long.started_at, NOW - seconds(57))
+        self.assertEqual(waited_short.lateness, seconds(0.5))
+        self.assertFalse(waited_short.late)
 
     def test_an_enqueued_run_has_ended_with_the_duration_of_its_enqueue(self):
         (point,) = run_points([row(1, "enqueued", ago=seconds(3), duration=seconds(0.2))], now=NOW)

@@ -48,9 +48,9 @@ NAMES_PER_QUERY = 250
 #: (which delays firings on purpose).
 LATE_START = timedelta(seconds=1)
 
-#: The columns read of each run: (id, status, started_at, scheduled_at, duration).
-RUN_FIELDS = ("id", "status", "started_at", "scheduled_at", "duration")
-RunRow = tuple[int, str, datetime, datetime | None, timedelta | None]
+#: The columns read of each run: (id, status, started_at, scheduled_at, duration, finished_at).
+RUN_FIELDS = ("id", "status", "started_at", "scheduled_at", "duration", "finished_at")
+RunRow = tuple[int, str, datetime, datetime | None, timedelta | None, datetime | None]
 
 #: Statuses of runs that have not ended: not counted in the success rate or the durations.
 IN_PROGRESS = frozenset({RunStatus.RUNNING.value})
@@ -68,6 +68,8 @@ class RunPoint:
 
     id: int
     status: str
+    #: When the task began: its finish minus its duration once it has ended (it may have
+    #: waited for a pool thread after its start was recorded), else its recorded start.
     started_at: datetime
     #: How long it ran; for a run in progress, how long it has run so far (``None``: unknown,
     #: e.g. a lost run).
@@ -105,12 +107,14 @@ def run_points(
 ) -> list[RunPoint]:
     """Return the runs of *rows* (newest first, as read) oldest first, as the charts draw them.
 
-    A run is late when its start came more than *late_after* after the fire time it served.
+    A run is late when the task began more than *late_after* after the fire time it served.
     """
     points = []
-    for run_id, status, started_at, scheduled_at, duration in rows:
+    for run_id, status, started_at, scheduled_at, duration, finished_at in rows:
         if duration is None and status in IN_PROGRESS:
             duration = max(now - started_at, timedelta(0))
+        elif duration is not None and finished_at is not None:
+            started_at = finished_at - duration  # when the task began
         lateness = None if scheduled_at is None else started_at - scheduled_at
         late = lateness is not None and lateness > late_after
         points.append(RunPoint(run_id, status, started_at, duration, lateness, late))

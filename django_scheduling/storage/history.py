@@ -219,6 +219,8 @@ class Ended:
 
     run_id: int
     status: str
+    #: When the task began: the duration counts from here. The row's ``started_at`` stays as
+    #: its start recorded it (``record_starts``), see ``record_ends``.
     started: datetime
     finished: datetime
     error: tuple[str, str, str] = ("", "", "")
@@ -231,7 +233,14 @@ class Ended:
 
 def record_ends(*, using: str, ends: list[Ended]) -> None:
     """Record how the runs *ends* ended: those without an error or output (successes,
-    enqueues) in one statement per status and backend and batch, the others one by one."""
+    enqueues) in one statement per status and backend and batch, the others one by one.
+
+    An end writes the status, the finish and the duration (from when the task began), never
+    ``started_at``: that stays the start recorded with the claim. Each of the table's four
+    secondary indexes holds ``started_at``, and an end that moved it rewrote all four where
+    the status moves two. At 10,000 tasks due every second on MariaDB x3, leaving it cut the
+    server's share of the CPU from 56 to 48 % (see docs/benchmarks.md).
+    """
     plain: dict[tuple[str, str], list[Ended]] = {}
     for end in ends:
         if any(end.error) or end.output:
@@ -259,16 +268,16 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
     """Record the ends *ends*, all of *status* and *backend* and without an error."""
     meta = TaskRun._meta
     q = conn.ops.quote_name
-    pk, status_column, started, finished, duration, backend_column, result_column = (
+    pk, status_column, finished, duration, backend_column, result_column = (
         q(column(TaskRun, f))
-        for f in ("id", "status", "started_at", "finished_at", "duration", "backend", "result_id")
+        for f in ("id", "status", "finished_at", "duration", "backend", "result_id")
     )
     if conn.vendor == "sqlite":
         # One text for every batch, run once per row (see sql.any_of): in-process, there
         # is no round trip to save by a statement per batch.
         adapt = datetime_adapter(conn)
         adapt_duration = duration_adapter(conn)
-        assignments = f"{status_column} = %s, {started} = %s, {finished} = %s, {duration} = %s"
+        assignments = f"{status_column} = %s, {finished} = %s, {duration} = %s"
         if backend:
             assignments += f", {backend_column} = %s, {result_column} = %s"
         # A generator: the driver binds one row at a time, where a list would hold the
@@ -276,7 +285,6 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
         each = (
             [
                 status,
-                adapt(end.started),
                 adapt(end.finished),
                 adapt_duration(end.finished - end.started),
                 *([backend[:100], end.result_id[:255]] if backend else []),
@@ -302,7 +310,6 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
         rows = _selected_rows(conn, names, columns)
     assignments_of = [
         (status_column, "%s"),
-        (started, "v.started"),
         (finished, "v.finished"),
         (duration, duration_between(conn, "v.started", "v.finished")),
     ]
