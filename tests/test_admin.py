@@ -490,6 +490,26 @@ class LockLostAndRecoveryTests(AdminTestCase):
         page = self.client.get(reverse("admin:django_scheduling_taskrun_change", args=[stale.pk]))
         self.assertContains(page, "lock lost")
 
+    def test_a_run_that_waited_for_a_thread_says_how_long_beside_its_duration(self):
+        # Its start was recorded at the claim; the task began 3 s later, and ran 1.5 s.
+        waited = make_run(
+            "job",
+            self.now,
+            duration=timedelta(seconds=1.5),
+            finished_at=self.now + timedelta(seconds=4.5),
+        )
+        prompt = make_run(
+            "job",
+            self.now - timedelta(minutes=1),
+            duration=timedelta(seconds=2),
+            finished_at=self.now - timedelta(minutes=1) + timedelta(seconds=2.004),
+        )
+        response = self.client.get(RUNS_URL)
+        self.assertContains(response, "after waiting 3.00s for a thread", count=1)
+        for run, wait in ((waited, True), (prompt, False)):
+            page = self.client.get(reverse("admin:django_scheduling_taskrun_change", args=[run.pk]))
+            self.assertEqual("after waiting 3.00s for a thread" in page.content.decode(), wait)
+
     def test_a_commands_output_is_shown_escaped_on_its_runs_page(self):
         run = make_run("sessions.clear", self.now, output="<b>42 sessions</b> removed\n")
         quiet = make_run("job", self.now - timedelta(minutes=1))

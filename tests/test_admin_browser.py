@@ -356,6 +356,30 @@ class AdminLayoutTests(BrowserTestCase):
         self.assertEqual(error.get_attribute("title"), f"{self.failed.error_type}: {LONG_ERROR}")
         self.assert_on_screen(error)
 
+    def test_a_wait_for_a_thread_shows_under_the_duration_at_laptop_width(self):
+        self.log_in("admin", PASSWORD)
+        started = timezone.now() - timedelta(minutes=1)
+        waited = TaskRun.objects.create(
+            task_name="search.tasks.reindex_changed_products",
+            scheduled_at=started,
+            started_at=started,
+            finished_at=started + timedelta(seconds=14.5),  # began 12.5 s late, ran 2 s
+            duration=timedelta(seconds=2),
+            status=RunStatus.SUCCEEDED,
+            instance="web-7.eu-central-1.internal:48213",
+        )
+        self.at_width(LAPTOP, RUNS_URL)
+
+        self.assert_no_horizontal_scrolling()
+        wait = self.row_of(waited).find_element(
+            By.CSS_SELECTOR, ".field-duration_text .ds-relative"
+        )
+        self.assertEqual(text(wait), "after waiting 12.50s for a thread")
+        self.assert_on_screen(wait)
+        self.assertFalse(
+            self.row_of(self.succeeded).find_elements(By.CSS_SELECTOR, ".field-duration_text span")
+        )
+
     def test_task_list_at_laptop_width(self):
         self.log_in("admin", PASSWORD)
         self.at_width(LAPTOP, TASKS_URL)

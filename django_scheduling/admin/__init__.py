@@ -52,6 +52,7 @@ from .views import (
     format_run_error,
     format_time,
     format_yes_no,
+    thread_wait,
 )
 
 if TYPE_CHECKING:
@@ -485,7 +486,16 @@ class TaskRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("duration"), ordering="duration")
     def duration_text(self, run: TaskRun) -> str:
-        return format_run_duration(run.duration)
+        duration = format_run_duration(run.duration)
+        waited = thread_wait(run)
+        if waited is None:
+            return duration
+        # Every pool thread was busy: the task began this long after the start recorded.
+        return format_html(
+            '{}<span class="ds-relative">{}</span>',
+            duration,
+            _("after waiting %(wait)s for a thread") % {"wait": format_run_duration(waited)},
+        )
 
     @admin.display(description=_("error"))
     def error(self, run: TaskRun) -> str:

@@ -211,6 +211,16 @@ def format_run_duration(delta: timedelta | None) -> str:
     return format_duration(timedelta(seconds=round(delta.total_seconds())))
 
 
+def thread_wait(run: TaskRun) -> timedelta | None:
+    """Return how long an ended run waited for a pool thread after its start was recorded
+    (its finish, minus its duration, minus its start); ``None`` when that is under 10 ms (as
+    a duration shows it: 0.00s) or unknown."""
+    if run.finished_at is None or run.duration is None:
+        return None
+    waited = run.finished_at - run.duration - run.started_at
+    return waited if waited >= timedelta(milliseconds=10) else None
+
+
 def overdue_count() -> int:
     """Return how many tasks are overdue now."""
     conf = admin_settings()
