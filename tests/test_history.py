@@ -48,11 +48,16 @@ class PruneTests(TestCase):
 
     def test_pruning_a_task_s_last_run_clears_the_link(self):
         old = run("job", NOW - timedelta(days=40))
+        recent = run("other", NOW - timedelta(days=1))
         ScheduledTask.objects.create(
             name="job", kind="fixed_rate", trigger="every 1s", last_run=old
         )
+        ScheduledTask.objects.create(
+            name="other", kind="fixed_rate", trigger="every 1s", last_run=recent
+        )
         history.prune(older_than=NOW - timedelta(days=30), using="default")
         self.assertIsNone(ScheduledTask.objects.get(name="job").last_run_id)
+        self.assertEqual(ScheduledTask.objects.get(name="other").last_run_id, recent.pk)
 
     def test_pruning_clears_every_link_to_the_runs_it_deletes(self):
         lost = run("job", NOW - timedelta(days=40), RunStatus.LOST)
@@ -93,10 +98,11 @@ class PruneTests(TestCase):
         self.assertEqual(deleted, 10)
         self.assertFalse(TaskRun.objects.exists())
         statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
-        # Per batch: the ids, three links cleared, one delete; then the empty batch.
+        # Per batch: the ids, the tasks whose last run it holds (none here), two links
+        # cleared, one delete; then the empty batch.
         self.assertEqual(statements.count("DELETE"), 2)
-        self.assertEqual(statements.count("UPDATE"), 6)
-        self.assertEqual(statements.count("SELECT"), 3)
+        self.assertEqual(statements.count("UPDATE"), 4)
+        self.assertEqual(statements.count("SELECT"), 5)
 
 
 class RecordEndsTests(TestCase):

@@ -481,7 +481,12 @@ def prune(*, older_than: datetime, using: str, batch_size: int = PRUNE_BATCH_SIZ
         if not batch:
             return total
         with transaction.atomic(using=using):
-            tasks.filter(last_run__in=batch).update(last_run=None)
+            # ``last_run`` has no index (every claim moves it): the tasks are found by a plain
+            # read, then updated by name, so that no task row is locked but theirs (an UPDATE
+            # that scans would lock every row it reads under REPEATABLE READ on MySQL).
+            holding = list(tasks.filter(last_run__in=batch).values_list("name", flat=True))
+            if holding:
+                tasks.filter(name__in=holding, last_run__in=batch).update(last_run=None)
             tasks.filter(recover_run__in=batch).update(recover_run=None)
             manager.filter(recovery_of__in=batch).update(recovery_of=None)
             ids = ", ".join(["%s"] * len(batch))
