@@ -72,8 +72,9 @@ class ScheduledTask(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
         db_constraint=False,
-        # Not indexed: every claim moves it, and its only reader is the history's prune
-        # (``last_run__in``), which reads this table of one row per task. At 10,000 tasks due
+        # Not indexed: every claim moves it, and only the deletion of runs reads by it (the
+        # history's prune, and forgetting the start of a claim that failed: ``last_run__in``),
+        # which reads this table of one row per task and updates by name. At 10,000 tasks due
         # every second on MariaDB x3 the index cost the server about 7 points of a core.
         db_index=False,
     )

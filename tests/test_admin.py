@@ -490,9 +490,9 @@ class LockLostAndRecoveryTests(AdminTestCase):
         page = self.client.get(reverse("admin:django_scheduling_taskrun_change", args=[stale.pk]))
         self.assertContains(page, "lock lost")
 
-    def test_a_run_that_waited_for_a_thread_says_how_long_beside_its_duration(self):
+    def test_a_run_that_began_after_its_start_says_how_long_beside_its_duration(self):
         # Its start was recorded at the claim; the task began 3 s later, and ran 1.5 s.
-        waited = make_run(
+        late = make_run(
             "job",
             self.now,
             duration=timedelta(seconds=1.5),
@@ -504,11 +504,19 @@ class LockLostAndRecoveryTests(AdminTestCase):
             duration=timedelta(seconds=2),
             finished_at=self.now - timedelta(minutes=1) + timedelta(seconds=2.004),
         )
+        # Turned away by the pool 3 s after its start: its task never began.
+        rejected = make_run(
+            "job",
+            self.now - timedelta(minutes=2),
+            status=RunStatus.REJECTED,
+            duration=timedelta(0),
+            finished_at=self.now - timedelta(minutes=2) + timedelta(seconds=3),
+        )
         response = self.client.get(RUNS_URL)
-        self.assertContains(response, "after waiting 3.00s for a thread", count=1)
-        for run, wait in ((waited, True), (prompt, False)):
+        self.assertContains(response, "began 3.00s after its start", count=1)
+        for run, shown in ((late, True), (prompt, False), (rejected, False)):
             page = self.client.get(reverse("admin:django_scheduling_taskrun_change", args=[run.pk]))
-            self.assertEqual("after waiting 3.00s for a thread" in page.content.decode(), wait)
+            self.assertEqual("after its start" in page.content.decode(), shown)
 
     def test_a_commands_output_is_shown_escaped_on_its_runs_page(self):
         run = make_run("sessions.clear", self.now, output="<b>42 sessions</b> removed\n")

@@ -356,7 +356,7 @@ class AdminLayoutTests(BrowserTestCase):
         self.assertEqual(error.get_attribute("title"), f"{self.failed.error_type}: {LONG_ERROR}")
         self.assert_on_screen(error)
 
-    def test_a_wait_for_a_thread_shows_under_the_duration_at_laptop_width(self):
+    def test_a_late_beginning_shows_under_the_duration_at_laptop_width(self):
         self.log_in("admin", PASSWORD)
         started = timezone.now() - timedelta(minutes=1)
         waited = TaskRun.objects.create(
@@ -371,11 +371,11 @@ class AdminLayoutTests(BrowserTestCase):
         self.at_width(LAPTOP, RUNS_URL)
 
         self.assert_no_horizontal_scrolling()
-        wait = self.row_of(waited).find_element(
+        delay = self.row_of(waited).find_element(
             By.CSS_SELECTOR, ".field-duration_text .ds-relative"
         )
-        self.assertEqual(text(wait), "after waiting 12.50s for a thread")
-        self.assert_on_screen(wait)
+        self.assertEqual(text(delay), "began 12.50s after its start")
+        self.assert_on_screen(delay)
         self.assertFalse(
             self.row_of(self.succeeded).find_elements(By.CSS_SELECTOR, ".field-duration_text span")
         )

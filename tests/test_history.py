@@ -105,16 +105,42 @@ class PruneTests(TestCase):
         self.assertEqual(statements.count("SELECT"), 5)
 
 
+class ForgetStartsTests(TestCase):
+    def test_forgets_only_running_runs_and_clears_the_links_by_task_name(self):
+        # The claim of "job" failed after its start was recorded (and its row pointed at it);
+        # "done" ended already, and "other" points at a run of its own.
+        forgotten = run("job", NOW, RunStatus.RUNNING)
+        done = run("done", NOW)
+        kept = run("other", NOW, RunStatus.RUNNING)
+        for name, last in (("job", forgotten), ("other", kept)):
+            ScheduledTask.objects.create(
+                name=name, kind="fixed_rate", trigger="every 1s", last_run=last
+            )
+        with CaptureQueriesContext(connection) as queries:
+            history.forget_starts(using="default", run_ids=[forgotten.pk, done.pk])
+        self.assertEqual(set(TaskRun.objects.values_list("pk", flat=True)), {done.pk, kept.pk})
+        self.assertIsNone(ScheduledTask.objects.get(name="job").last_run_id)
+        self.assertEqual(ScheduledTask.objects.get(name="other").last_run_id, kept.pk)
+        # ``last_run`` has no index: no task row is updated but by its name.
+        table = ScheduledTask._meta.db_table
+        updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+        for sql in updates:
+            if table in sql.split("SET")[0] and "last_run_id" in sql.split("WHERE")[-1]:
+                self.assertIn('"name" IN' if connection.vendor != "mysql" else "`name` IN", sql)
+
+
 class RecordEndsTests(TestCase):
     def test_a_batch_of_ends_writes_each_run_its_own_values(self):
         # One statement per status and backend: each row must get its own times and result.
         at = datetime(2026, 5, 13, 12, 0, 0, 123456, tzinfo=UTC)
-        starts = [history.Start(f"job{i}", at, at, None, 0, None) for i in range(8)]
+        starts = [history.Start(f"job{i}", at, at, None, 0, None) for i in range(10)]
         ids = history.record_starts(using="default", instance="a", started=at, runs=starts)
         ends = []
         for index, run_id in enumerate(ids):
-            # The task began a little after its start was recorded (a worker took it).
-            started = at + timedelta(milliseconds=index)
+            # The task began a little after its start was recorded (a worker took it); the
+            # enqueues 3, 5 and 9 before it (claimed ahead, handed to the engine at once).
+            early = index in (3, 5, 9)
+            started = at + timedelta(milliseconds=-300 if early else index)
             finished = started + timedelta(seconds=index, microseconds=7)
             if index < 3:
                 ends.append(history.Ended(run_id, RunStatus.SUCCEEDED, started, finished))
@@ -129,20 +155,29 @@ class RecordEndsTests(TestCase):
                         result_id=f"result-{index}",
                     )
                 )
-            else:  # with an error: written on its own
+            else:  # with an error: written on its own; the last two failed to enqueue
                 error = ("ValueError", f"bad {index}", "Traceback ...")
-                ends.append(history.Ended(run_id, RunStatus.FAILED, started, finished, error))
+                backend = "default" if index >= 8 else ""
+                ends.append(
+                    history.Ended(
+                        run_id, RunStatus.FAILED, started, finished, error, backend=backend
+                    )
+                )
         history.record_ends(using="default", ends=ends)
         found = {run.pk: run for run in TaskRun.objects.all()}
         for end in ends:
             run = found[end.run_id]
-            # The start stays as recorded, whatever the path; the duration is the task's own.
+            # The start stays as recorded, unless an enqueue began before it; the duration is
+            # the task's own.
+            start = min(at, end.started) if end.backend else at
             self.assertEqual(
                 (run.status, run.started_at, run.finished_at, run.duration),
-                (end.status, at, end.finished, end.finished - end.started),
+                (end.status, start, end.finished, end.finished - end.started),
             )
             self.assertEqual((run.backend, run.result_id), (end.backend, end.result_id))
             self.assertEqual((run.error_type, run.error_message), end.error[:2])
+        moved = [end for end in ends if found[end.run_id].started_at != at]
+        self.assertEqual([ends.index(end) for end in moved], [3, 5, 9])
 
 
 class LostRunTests(TestCase):

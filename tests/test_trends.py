@@ -71,6 +71,13 @@ class RunPointsTests(SimpleTestCase):
         self.assertEqual(waited_short.lateness, seconds(0.5))
         self.assertFalse(waited_short.late)
 
+    def test_a_rejected_run_never_began_and_is_late_by_its_recorded_start_only(self):
+        # Turned away by the pool 3 s after its start was recorded, on time.
+        rows = [row(1, "rejected", ago=seconds(60), duration=seconds(0), waited=seconds(3))]
+        (point,) = run_points(rows, now=NOW, late_after=seconds(1))
+        self.assertEqual(point.lateness, seconds(0))
+        self.assertFalse(point.late)
+
     def test_an_enqueued_run_has_ended_with_the_duration_of_its_enqueue(self):
         (point,) = run_points([row(1, "enqueued", ago=seconds(3), duration=seconds(0.2))], now=NOW)
         self.assertFalse(point.in_progress)

@@ -52,7 +52,7 @@ from .views import (
     format_run_error,
     format_time,
     format_yes_no,
-    thread_wait,
+    start_delay,
 )
 
 if TYPE_CHECKING:
@@ -487,14 +487,14 @@ class TaskRunAdmin(ReadOnlyAdmin):
     @admin.display(description=_("duration"), ordering="duration")
     def duration_text(self, run: TaskRun) -> str:
         duration = format_run_duration(run.duration)
-        waited = thread_wait(run)
-        if waited is None:
+        delay = start_delay(run)
+        if delay is None:
             return duration
-        # Every pool thread was busy: the task began this long after the start recorded.
+        # The task began this long after its recorded start: e.g. every pool thread was busy.
         return format_html(
             '{}<span class="ds-relative">{}</span>',
             duration,
-            _("after waiting %(wait)s for a thread") % {"wait": format_run_duration(waited)},
+            _("began %(delay)s after its start") % {"delay": format_run_duration(delay)},
         )
 
     @admin.display(description=_("error"))

@@ -58,6 +58,8 @@ IN_PROGRESS = frozenset({RunStatus.RUNNING.value})
 SUCCESSES = frozenset({RunStatus.SUCCEEDED.value, RunStatus.ENQUEUED.value})
 #: Statuses that count as a failure of the task in "failures in a row".
 FAILURES = frozenset({RunStatus.FAILED.value, RunStatus.TIMED_OUT.value, RunStatus.LOST.value})
+#: A run the pool did not run: its duration is 0, and its finish when it was turned away.
+REJECTED = RunStatus.REJECTED.value
 #: Statuses that count neither way in "failures in a row": the task did not get to run.
 NEUTRAL = frozenset({RunStatus.INTERRUPTED.value, RunStatus.REJECTED.value})
 
@@ -113,8 +115,8 @@ def run_points(
     for run_id, status, started_at, scheduled_at, duration, finished_at in rows:
         if duration is None and status in IN_PROGRESS:
             duration = max(now - started_at, timedelta(0))
-        elif duration is not None and finished_at is not None:
-            started_at = finished_at - duration  # when the task began
+        elif duration is not None and finished_at is not None and status != REJECTED:
+            started_at = finished_at - duration  # when the task began (a rejected one never did)
         lateness = None if scheduled_at is None else started_at - scheduled_at
         late = lateness is not None and lateness > late_after
         points.append(RunPoint(run_id, status, started_at, duration, lateness, late))

@@ -35,7 +35,7 @@ from django.views.decorators.http import require_POST
 from ..checks import scheduler_errors
 from ..conf import SchedulingSettings, get_settings
 from ..formats import format_time
-from ..models import ScheduledTask, TaskRun
+from ..models import RunStatus, ScheduledTask, TaskRun
 from ..observability.monitoring import OverdueReason, TaskState, overdue_tasks
 from ..process import INSTANCE_NAME
 from ..schedules.durations import format_duration
@@ -211,14 +211,15 @@ def format_run_duration(delta: timedelta | None) -> str:
     return format_duration(timedelta(seconds=round(delta.total_seconds())))
 
 
-def thread_wait(run: TaskRun) -> timedelta | None:
-    """Return how long an ended run waited for a pool thread after its start was recorded
-    (its finish, minus its duration, minus its start); ``None`` when that is under 10 ms (as
-    a duration shows it: 0.00s) or unknown."""
-    if run.finished_at is None or run.duration is None:
+def start_delay(run: TaskRun) -> timedelta | None:
+    """Return how long after its recorded start an ended run's task began (its finish, minus
+    its duration, minus its start): the claim's commit and hand-over, and any wait for a pool
+    thread. ``None`` under 10 ms (as a duration shows it: 0.00s), when unknown, and for a
+    rejected run, whose task never began."""
+    if run.finished_at is None or run.duration is None or run.status == RunStatus.REJECTED:
         return None
-    waited = run.finished_at - run.duration - run.started_at
-    return waited if waited >= timedelta(milliseconds=10) else None
+    delay = run.finished_at - run.duration - run.started_at
+    return delay if delay >= timedelta(milliseconds=10) else None
 
 
 def overdue_count() -> int:

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import connections, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import DateTimeField, Exists, F, OuterRef, Q, Value
+from django.db.models.functions import Least
 
 from ..models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from .sql import (
@@ -235,11 +236,14 @@ def record_ends(*, using: str, ends: list[Ended]) -> None:
     """Record how the runs *ends* ended: those without an error or output (successes,
     enqueues) in one statement per status and backend and batch, the others one by one.
 
-    An end writes the status, the finish and the duration (from when the task began), never
-    ``started_at``: that stays the start recorded with the claim. Each of the table's four
-    secondary indexes holds ``started_at``, and an end that moved it rewrote all four where
-    the status moves two. At 10,000 tasks due every second on MariaDB x3, leaving it cut the
-    server's share of the CPU from 56 to 48 % (see docs/benchmarks.md).
+    An end writes the status, the finish and the duration (from when the task began), and
+    never moves ``started_at`` later: that stays the start recorded with the claim. Each of the
+    table's four secondary indexes holds ``started_at``, and an end that moved it rewrote all
+    four where the status moves two. At 10,000 tasks due every second on MariaDB x3, leaving it
+    cut the server's share of the CPU from 56 to 48 % (see docs/benchmarks.md). Only an
+    enqueued run may begin before its recorded start (claimed ahead of its instant and handed
+    to its engine at once, with the instant to run at): its end moves the start back to when
+    the enqueue began.
     """
     plain: dict[tuple[str, str], list[Ended]] = {}
     for end in ends:
@@ -268,9 +272,9 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
     """Record the ends *ends*, all of *status* and *backend* and without an error."""
     meta = TaskRun._meta
     q = conn.ops.quote_name
-    pk, status_column, finished, duration, backend_column, result_column = (
+    pk, status_column, started, finished, duration, backend_column, result_column = (
         q(column(TaskRun, f))
-        for f in ("id", "status", "finished_at", "duration", "backend", "result_id")
+        for f in ("id", "status", "started_at", "finished_at", "duration", "backend", "result_id")
     )
     if conn.vendor == "sqlite":
         # One text for every batch, run once per row (see sql.any_of): in-process, there
@@ -280,6 +284,7 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
         assignments = f"{status_column} = %s, {finished} = %s, {duration} = %s"
         if backend:
             assignments += f", {backend_column} = %s, {result_column} = %s"
+            assignments += f", {started} = MIN({started}, %s)"  # see record_ends
         # A generator: the driver binds one row at a time, where a list would hold the
         # parameters of the whole chunk at once (2,730 ends under Django 6).
         each = (
@@ -287,7 +292,7 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
                 status,
                 adapt(end.finished),
                 adapt_duration(end.finished - end.started),
-                *([backend[:100], end.result_id[:255]] if backend else []),
+                *([backend[:100], end.result_id[:255], adapt(end.started)] if backend else []),
                 end.run_id,
             ]
             for end in ends
@@ -316,6 +321,7 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
     params: list[Any] = [status]
     if backend:
         assignments_of += [(backend_column, "%s"), (result_column, "v.result")]
+        assignments_of.append((started, f"LEAST(t.{started}, v.started)"))  # see record_ends
         params.append(backend[:100])
     statement, params = update_from(
         conn, q(meta.db_table), rows, assignments_of, params, (f"t.{pk} = v.id", [])
@@ -346,7 +352,11 @@ def forget_start(*, using: str, run_id: int) -> None:
 
 def forget_starts(*, using: str, run_ids: list[int]) -> None:
     """Delete the records of runs that did not start after all (their claims failed)."""
-    TaskRun.objects.using(using).filter(pk__in=run_ids, status=RunStatus.RUNNING).delete()
+    with transaction.atomic(using=using):
+        running = TaskRun.objects.using(using).filter(pk__in=run_ids, status=RunStatus.RUNNING)
+        ids = list(running.values_list("pk", flat=True))
+        if ids:
+            _delete_runs(ids, using=using)
 
 
 def record_end(
@@ -382,6 +392,8 @@ def record_end(
     if backend:
         changes["backend"] = backend[:100]
         changes["result_id"] = result_id[:255]
+        # An enqueue claimed ahead began before its recorded start (see record_ends).
+        changes["started_at"] = Least(F("started_at"), Value(started, DateTimeField()))
     if lock_lost:  # never cleared: the flag may have been set while the run went on
         changes["lock_lost"] = True
     TaskRun.objects.using(using).filter(pk=run_id).update(**changes)
@@ -466,11 +478,8 @@ def prune(*, older_than: datetime, using: str, batch_size: int = PRUNE_BATCH_SIZ
     """
     conn = connections[using]
     size = min(batch_size, conn.features.max_query_params or batch_size)
-    table = conn.ops.quote_name(TaskRun._meta.db_table)
-    pk = conn.ops.quote_name(column(TaskRun, "id"))
     total = 0
     manager = TaskRun.objects.using(using)
-    tasks = ScheduledTask.objects.using(using)
     while True:
         batch = list(
             manager.filter(started_at__lt=older_than)
@@ -481,15 +490,26 @@ def prune(*, older_than: datetime, using: str, batch_size: int = PRUNE_BATCH_SIZ
         if not batch:
             return total
         with transaction.atomic(using=using):
-            # ``last_run`` has no index (every claim moves it): the tasks are found by a plain
-            # read, then updated by name, so that no task row is locked but theirs (an UPDATE
-            # that scans would lock every row it reads under REPEATABLE READ on MySQL).
-            holding = list(tasks.filter(last_run__in=batch).values_list("name", flat=True))
-            if holding:
-                tasks.filter(name__in=holding, last_run__in=batch).update(last_run=None)
-            tasks.filter(recover_run__in=batch).update(recover_run=None)
-            manager.filter(recovery_of__in=batch).update(recovery_of=None)
-            ids = ", ".join(["%s"] * len(batch))
-            with conn.cursor() as cursor:
-                cursor.execute(f"DELETE FROM {table} WHERE {pk} IN ({ids})", batch)
-                total += cursor.rowcount
+            total += _delete_runs(batch, using=using)
+
+
+def _delete_runs(ids: list[int], *, using: str) -> int:
+    """Delete the runs *ids* (in the caller's transaction) and return how many; first clear
+    what points at them, as the links' ``SET_NULL`` says: a task's last run and run to
+    recover, a recovery's run."""
+    tasks = ScheduledTask.objects.using(using)
+    # ``last_run`` has no index (every claim moves it): the tasks are found by a plain read,
+    # then updated by name, so that no task row is locked but theirs (an UPDATE that scans
+    # would lock every row it reads under REPEATABLE READ on MySQL).
+    holding = list(tasks.filter(last_run__in=ids).values_list("name", flat=True))
+    if holding:
+        tasks.filter(name__in=holding, last_run__in=ids).update(last_run=None)
+    tasks.filter(recover_run__in=ids).update(recover_run=None)
+    TaskRun.objects.using(using).filter(recovery_of__in=ids).update(recovery_of=None)
+    conn = connections[using]
+    table = conn.ops.quote_name(TaskRun._meta.db_table)
+    pk = conn.ops.quote_name(column(TaskRun, "id"))
+    placeholders = ", ".join(["%s"] * len(ids))
+    with conn.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {table} WHERE {pk} IN ({placeholders})", ids)
+        return int(cursor.rowcount)
