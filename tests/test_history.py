@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django_scheduling.clock import utcnow
 from django_scheduling.models import RunStatus, ScheduledTask, TaskLock, TaskRun
 from django_scheduling.observability import monitoring
+from django_scheduling.observability.events import run_events
 from django_scheduling.observability.monitoring import TaskState
 from django_scheduling.runtime import maintenance
 from django_scheduling.runtime.service import SchedulerService
@@ -448,13 +449,18 @@ class StopTests(TransactionTestCase):
     def test_a_second_stop_returns_once_the_first_has_written_its_records(self):
         """runserver's Ctrl-C stops the scheduler on a thread, then atexit calls stop() again:
         that call must not return (and let the process exit) halfway through the first."""
-        started = threading.Event()
+        started, release, workers = threading.Event(), threading.Event(), []
+
+        def long() -> None:
+            workers.append(threading.current_thread())
+            started.set()
+            release.wait(30)
+
         definitions = TaskRegistry()
-        definition = definitions.add(
-            lambda: (started.set(), threading.Event().wait(30)), fixed_rate="1h", name="long"
-        )
+        definition = definitions.add(long, fixed_rate="1h", name="long")
         service = SchedulerService([definition])
         service.start()
+        self.addCleanup(self.end_the_task, release, workers)
         self.addCleanup(service.stop, 5)
         self.assertTrue(started.wait(15))
         assert service.pipeline is not None
@@ -473,6 +479,14 @@ class StopTests(TransactionTestCase):
         service.stop(0.0)
         # The first stop marked the run interrupted before the second returned.
         self.assertEqual(TaskRun.objects.get(task_name="long").status, RunStatus.INTERRUPTED)
+
+    def end_the_task(self, release: threading.Event, workers: list[threading.Thread]) -> None:
+        """Let the task return, and its end and signals go out, before the next test: a run
+        ending 30 s later sent its run_succeeded to another test's receivers."""
+        release.set()
+        for worker in workers:
+            worker.join(10)
+        self.assertTrue(run_events.drain(10))
 
     def test_a_start_that_a_stop_gave_up_waiting_for_stops_once_it_is_done(self):
         """A stop waits for a start under way only as long as the shutdown may take; the
