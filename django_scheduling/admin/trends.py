@@ -58,8 +58,6 @@ IN_PROGRESS = frozenset({RunStatus.RUNNING.value})
 SUCCESSES = frozenset({RunStatus.SUCCEEDED.value, RunStatus.ENQUEUED.value})
 #: Statuses that count as a failure of the task in "failures in a row".
 FAILURES = frozenset({RunStatus.FAILED.value, RunStatus.TIMED_OUT.value, RunStatus.LOST.value})
-#: A run the pool did not run: its duration is 0, and its finish when it was turned away.
-REJECTED = RunStatus.REJECTED.value
 #: Statuses that count neither way in "failures in a row": the task did not get to run.
 NEUTRAL = frozenset({RunStatus.INTERRUPTED.value, RunStatus.REJECTED.value})
 
@@ -70,8 +68,7 @@ class RunPoint:
 
     id: int
     status: str
-    #: When the task began: its finish minus its duration once it has ended (it may have
-    #: waited for a pool thread after its start was recorded), else its recorded start.
+    #: When the task began (``task_began``).
     started_at: datetime
     #: How long it ran; for a run in progress, how long it has run so far (``None``: unknown,
     #: e.g. a lost run).
@@ -104,6 +101,17 @@ class RunStats:
     late_starts: int
 
 
+def task_began(
+    status: str, started_at: datetime, duration: timedelta | None, finished_at: datetime | None
+) -> datetime:
+    """Return when a run's task began: once it has ended, its finish minus its duration (it may
+    have waited for a pool thread after its start was recorded); otherwise, and for a run the
+    pool rejected (its task never began), its recorded start."""
+    if duration is None or finished_at is None or status == RunStatus.REJECTED:
+        return started_at
+    return finished_at - duration
+
+
 def run_points(
     rows: Iterable[RunRow], *, now: datetime, late_after: timedelta = LATE_START
 ) -> list[RunPoint]:
@@ -113,10 +121,9 @@ def run_points(
     """
     points = []
     for run_id, status, started_at, scheduled_at, duration, finished_at in rows:
+        started_at = task_began(status, started_at, duration, finished_at)
         if duration is None and status in IN_PROGRESS:
             duration = max(now - started_at, timedelta(0))
-        elif duration is not None and finished_at is not None and status != REJECTED:
-            started_at = finished_at - duration  # when the task began (a rejected one never did)
         lateness = None if scheduled_at is None else started_at - scheduled_at
         late = lateness is not None and lateness > late_after
         points.append(RunPoint(run_id, status, started_at, duration, lateness, late))

@@ -35,10 +35,11 @@ from django.views.decorators.http import require_POST
 from ..checks import scheduler_errors
 from ..conf import SchedulingSettings, get_settings
 from ..formats import format_time
-from ..models import RunStatus, ScheduledTask, TaskRun
+from ..models import ScheduledTask, TaskRun
 from ..observability.monitoring import OverdueReason, TaskState, overdue_tasks
 from ..process import INSTANCE_NAME
 from ..schedules.durations import format_duration
+from .trends import task_began
 
 if TYPE_CHECKING:
     # The mixin is used only on a ModelAdmin of ScheduledTask, whose methods it calls.
@@ -212,13 +213,11 @@ def format_run_duration(delta: timedelta | None) -> str:
 
 
 def start_delay(run: TaskRun) -> timedelta | None:
-    """Return how long after its recorded start an ended run's task began (its finish, minus
-    its duration, minus its start): the claim's commit and hand-over, and any wait for a pool
-    thread. ``None`` under 10 ms (as a duration shows it: 0.00s), when unknown, and for a
-    rejected run, whose task never began."""
-    if run.finished_at is None or run.duration is None or run.status == RunStatus.REJECTED:
-        return None
-    delay = run.finished_at - run.duration - run.started_at
+    """Return how long after its recorded start the task of *run* began (``task_began``): the
+    claim's commit and hand-over, and any wait for a pool thread. ``None`` under 10 ms (as a
+    duration shows it: 0.00s)."""
+    began = task_began(run.status, run.started_at, run.duration, run.finished_at)
+    delay = began - run.started_at
     return delay if delay >= timedelta(milliseconds=10) else None
 
 
