@@ -3,6 +3,7 @@
 import re
 import threading
 from datetime import UTC, datetime, timedelta
+from unittest import skipUnless
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -179,6 +180,32 @@ class RecordEndsTests(TestCase):
             self.assertEqual((run.error_type, run.error_message), end.error[:2])
         moved = [end for end in ends if found[end.run_id].started_at != at]
         self.assertEqual([ends.index(end) for end in moved], [3, 5, 9])
+
+    @skipUnless(connection.vendor == "sqlite", "elsewhere the ends are one UPDATE of rows")
+    def test_a_statement_binds_at_most_a_hundred_ends(self):
+        # Django's SQLite cursor keeps every row of an executemany() until it returns (it peeks
+        # at the first through itertools.tee), so the rows a statement binds are what the
+        # writer holds at once: after a burst, thousands.
+        at = datetime(2026, 5, 13, 12, 0, tzinfo=UTC)
+        starts = [history.Start(f"job{i}", at, at, None, 0, None) for i in range(250)]
+        ids = history.record_starts(using="default", instance="a", started=at, runs=starts)
+        ends = [history.Ended(i, RunStatus.SUCCEEDED, at, at + MINUTE) for i in ids]
+        bound = []
+
+        def count(execute, sql, params, many, context):
+            if many:
+                params = list(params)
+                bound.append(len(params))
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(count):
+            history.record_ends(using="default", ends=ends)
+        self.assertEqual(sum(bound), 250)
+        self.assertLessEqual(max(bound), history.ENDS_PER_STATEMENT)
+        self.assertEqual(
+            TaskRun.objects.filter(status=RunStatus.SUCCEEDED, finished_at=at + MINUTE).count(),
+            250,
+        )
 
 
 class LostRunTests(TestCase):

@@ -232,6 +232,10 @@ class Ended:
     output: str = ""
 
 
+#: The ends one statement binds on SQLite (see ``record_ends``).
+ENDS_PER_STATEMENT = 100
+
+
 def record_ends(*, using: str, ends: list[Ended]) -> None:
     """Record how the runs *ends* ended: those without an error or output (successes,
     enqueues) in one statement per status and backend and batch, the others one by one.
@@ -262,7 +266,13 @@ def record_ends(*, using: str, ends: list[Ended]) -> None:
         else:
             plain.setdefault((str(end.status), end.backend), []).append(end)
     conn = connections[using]
-    size = max(1, (conn.features.max_query_params or 2000) // 12)
+    if conn.vendor == "sqlite":
+        # Django's SQLite cursor keeps every row of an executemany() until it returns (it
+        # peeks at the first through itertools.tee): the rows of one statement are held at
+        # once. After a burst of 10,000 that was 6,000 rows (about 1.3 MB) in one statement.
+        size = ENDS_PER_STATEMENT
+    else:
+        size = max(1, (conn.features.max_query_params or 2000) // 12)
     for (status, backend), same in plain.items():
         for first in range(0, len(same), size):
             _record_plain(conn, status, backend, same[first : first + size])
@@ -285,9 +295,7 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
         if backend:
             assignments += f", {backend_column} = %s, {result_column} = %s"
             assignments += f", {started} = MIN({started}, %s)"  # see record_ends
-        # A generator: the driver binds one row at a time, where a list would hold the
-        # parameters of the whole chunk at once (2,730 ends under Django 6).
-        each = (
+        each = [
             [
                 status,
                 adapt(end.finished),
@@ -296,7 +304,7 @@ def _record_plain(conn: Any, status: str, backend: str, ends: list[Ended]) -> No
                 end.run_id,
             ]
             for end in ends
-        )
+        ]
         with conn.cursor() as cursor:
             cursor.executemany(f"UPDATE {q(meta.db_table)} SET {assignments} WHERE {pk} = %s", each)
         return
